@@ -1,0 +1,151 @@
+//! The driver trait: the few primitives a backend provides. Everything else (keep-alive
+//! scheduling, loss detection, guards, reentrancy, timeouts) lives once, in the engine.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::{LockName, Result};
+
+/// A backend family reached through one URL (`locksmith://…`, `memory://…`, `redis://…`).
+#[async_trait]
+pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
+    /// The URL (without credentials) for messages and logs.
+    fn describe(&self) -> String;
+
+    /// Opens a session: a lease of `ttl` that the engine keeps alive.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a session opened by a dropped call expires on the server after `ttl`.
+    async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>>;
+
+    /// Introspection: one lock, or every lock the backend knows when `name` is `None`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>>;
+}
+
+/// What an acquisition asks for.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct AcquireRequest {
+    /// The lock.
+    pub name: LockName,
+    /// Owner id, unique per hold within the session unless the caller asked for reentrancy.
+    pub owner: String,
+    /// Queue until granted (`true`) or answer at once (`false`).
+    pub wait: bool,
+    /// Lock-delay after this holder's session expires.
+    pub lock_delay: Option<Duration>,
+}
+
+impl AcquireRequest {
+    /// A request for `name` by `owner`.
+    pub fn new(name: LockName, owner: impl Into<String>, wait: bool) -> Self {
+        Self { name, owner: owner.into(), wait, lock_delay: None }
+    }
+}
+
+/// The answer to an acquisition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acquired {
+    /// The lock is ours, with this fencing token.
+    Granted {
+        /// Fencing token: greater than every token issued before for this lock.
+        token: u64,
+    },
+    /// Somebody else holds it (only for `wait == false`).
+    Busy,
+}
+
+/// What a keep-alive learned besides "the session lives".
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct KeepAlive {
+    /// Holds the backend found gone (deleted by a third party, taken over): `(name, token)`.
+    pub lost: Vec<(LockName, u64)>,
+}
+
+/// One session (lease) on a backend. Implementations must make [`Session::acquire`] cancel
+/// safe: a dropped call leaves no waiter entry and no hold on the backend.
+#[async_trait]
+pub trait Session: Send + Sync + 'static {
+    /// The session id as the backend names it.
+    fn id(&self) -> String;
+
+    /// Renews the lease. `Err(Error::SessionExpired)` is definite; other errors are retried.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    async fn keep_alive(&self) -> Result<KeepAlive>;
+
+    /// Acquires, or queues until granted when `req.wait`.
+    ///
+    /// # Cancel safety
+    /// Must be cancel safe: dropping the future leaves no waiter and no hold behind.
+    async fn acquire(&self, req: AcquireRequest) -> Result<Acquired>;
+
+    /// Releases the hold `(name, owner, token)`. Returns whether it was still ours.
+    /// Idempotent: a retried release returns `false` and changes nothing.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, but the release may or may not have happened; the lease is the backstop.
+    async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool>;
+
+    /// Ends the session and frees its holds.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; the lease expires anyway.
+    async fn close(&self) -> Result<()>;
+}
+
+/// The state of one lock as a backend reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LockStatus {
+    /// The lock.
+    pub name: String,
+    /// Current holder, if any.
+    pub holder: Option<HolderStatus>,
+    /// Number of queued waiters.
+    pub waiters: u64,
+    /// The last token issued for this lock (0 if none).
+    pub last_token: u64,
+    /// Time left of a lock-delay, if one is running.
+    pub lock_delay_left: Option<Duration>,
+}
+
+/// Who holds a lock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderStatus {
+    /// Holder's session id.
+    pub session: String,
+    /// Holder's owner id.
+    pub owner: String,
+    /// Holder's fencing token.
+    pub token: u64,
+    /// Time until the holder's session expires unless renewed.
+    pub ttl_left: Duration,
+}
+
+impl LockStatus {
+    /// A status record.
+    pub fn new(name: String, holder: Option<HolderStatus>, waiters: u64, last_token: u64) -> Self {
+        Self { name, holder, waiters, last_token, lock_delay_left: None }
+    }
+
+    /// With a running lock-delay.
+    pub fn with_lock_delay_left(mut self, left: Option<Duration>) -> Self {
+        self.lock_delay_left = left;
+        self
+    }
+}
+
+impl HolderStatus {
+    /// A holder record.
+    pub fn new(session: String, owner: String, token: u64, ttl_left: Duration) -> Self {
+        Self { session, owner, token, ttl_left }
+    }
+}

@@ -1,0 +1,75 @@
+//! One error type for every backend, classified by what the caller can do about it.
+
+use std::time::Duration;
+
+/// Everything that can go wrong in locksmith, named by outcome.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The lock name is not acceptable (empty, too long, control characters).
+    #[error("invalid lock name: {0}")]
+    InvalidName(String),
+    /// The TTL is zero, too small or above the maximum.
+    #[error("invalid ttl {ttl:?}: must be between {min:?} and {max:?}")]
+    InvalidTtl {
+        /// The TTL asked for.
+        ttl: Duration,
+        /// Smallest accepted TTL.
+        min: Duration,
+        /// Largest accepted TTL.
+        max: Duration,
+    },
+    /// Some other argument (a duration, an owner id, an option) is not acceptable.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// The backend URL cannot be parsed or names no known backend.
+    #[error("invalid backend url {url:?}: {reason}")]
+    InvalidUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The backend cannot be reached (connection refused, reset, or no answer in time).
+    #[error("backend {backend} unavailable: {message}")]
+    Unavailable {
+        /// Which backend, e.g. `locksmith://127.0.0.1:7531`.
+        backend: String,
+        /// Why.
+        message: String,
+    },
+    /// `lock()` gave up waiting; nothing is left behind on the server.
+    #[error("timed out waiting for the lock")]
+    Timeout,
+    /// The session (lease) behind this client expired or was closed; its holds are gone.
+    #[error("session expired")]
+    SessionExpired,
+    /// The lock was lost while a scoped critical section ran.
+    #[error("lock {0} was lost")]
+    Lost(String),
+    /// A server limit was hit (waiters per lock, sessions, message size).
+    #[error("limit exceeded: {0}")]
+    LimitExceeded(String),
+    /// The server's data directory cannot be read safely; nothing was changed.
+    #[error("data directory is corrupt: {0}")]
+    Corrupt(String),
+    /// The server answered something this client does not understand.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    /// A backend-specific failure, with the backend named in the message.
+    #[error("{0}")]
+    Backend(String),
+    /// A local I/O error (data directory, files).
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// True when retrying the same call later may succeed (the backend was unreachable or slow).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Unavailable { .. } | Error::Timeout)
+    }
+}
+
+/// Shorthand for `Result<T, locksmith_core::Error>`.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

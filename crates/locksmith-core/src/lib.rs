@@ -1,0 +1,32 @@
+//! The locksmith lock contract in code (see `DESIGN.md` §2): validated names and options, one
+//! error type, the [`Backend`]/[`Session`] driver traits, and the engine every backend shares
+//! ([`Client`] and [`Guard`]: session keep-alive, loss signal, reentrancy, timeouts, cancel
+//! safety).
+//!
+//! Module map:
+//! - `name`, `options`, `error`: the vocabulary, validated at the edge;
+//! - `backend`: the few primitives a driver implements;
+//! - `keeper`: a session kept alive and its local deadline;
+//! - `client`, `guard`: the engine users hold;
+//! - `conformance` (feature): the shared contract suite each driver runs against a real server.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+
+mod backend;
+mod client;
+mod error;
+mod guard;
+mod keeper;
+mod name;
+mod options;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use backend::{Acquired, AcquireRequest, Backend, HolderStatus, KeepAlive, LockStatus, Session};
+pub use client::Client;
+pub use error::{Error, Result};
+pub use guard::Guard;
+pub use name::{LockName, MAX_NAME_LEN};
+pub use options::{
+    parse_duration, validate_ttl, LockOptions, DEFAULT_TTL, MAX_LOCK_DELAY, MAX_OWNER_LEN, MAX_TTL, MIN_TTL,
+};

@@ -1,0 +1,164 @@
+//! Options for clients and acquisitions, and the one duration syntax every tool accepts.
+
+use std::time::Duration;
+
+use crate::Error;
+
+/// Smallest session TTL accepted: below it a keep-alive every TTL/3 cannot survive a loopback hiccup.
+pub const MIN_TTL: Duration = Duration::from_millis(100);
+/// Largest session TTL accepted: a crashed holder blocks others for at most this long.
+pub const MAX_TTL: Duration = Duration::from_secs(3600);
+/// TTL used when none is given.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(10);
+/// Longest lock-delay accepted.
+pub const MAX_LOCK_DELAY: Duration = Duration::from_secs(60);
+/// Longest explicit owner id accepted, in bytes.
+pub const MAX_OWNER_LEN: usize = 128;
+
+/// Checks that `ttl` lies in [`MIN_TTL`]..=[`MAX_TTL`].
+///
+/// ```
+/// use std::time::Duration;
+/// assert!(locksmith_core::validate_ttl(Duration::from_secs(10)).is_ok());
+/// assert!(locksmith_core::validate_ttl(Duration::ZERO).is_err());
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidTtl`] outside the range.
+pub fn validate_ttl(ttl: Duration) -> Result<Duration, Error> {
+    if ttl < MIN_TTL || ttl > MAX_TTL {
+        return Err(Error::InvalidTtl { ttl, min: MIN_TTL, max: MAX_TTL });
+    }
+    Ok(ttl)
+}
+
+/// Parses `500ms`, `10s`, `2m`, `1h` (and `250us`) into a [`Duration`].
+///
+/// ```
+/// use std::time::Duration;
+/// use locksmith_core::parse_duration;
+/// assert_eq!(parse_duration("500ms")?, Duration::from_millis(500));
+/// assert_eq!(parse_duration("2m")?, Duration::from_secs(120));
+/// assert!(parse_duration("10").is_err());
+/// # Ok::<(), locksmith_core::Error>(())
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidArgument`] when the text has no unit, an unknown unit or no number.
+pub fn parse_duration(text: &str) -> Result<Duration, Error> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let bad = || {
+        Error::InvalidArgument(format!(
+            "{text:?} is not a duration; write a whole number and a unit, e.g. 500ms, 10s, 2m"
+        ))
+    };
+    let n: u64 = digits.parse().map_err(|_| bad())?;
+    let d = match unit {
+        "us" | "µs" => Duration::from_micros(n),
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
+        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
+        _ => return Err(bad()),
+    };
+    Ok(d)
+}
+
+/// How one acquisition behaves.
+///
+/// ```
+/// use std::time::Duration;
+/// use locksmith_core::LockOptions;
+/// let opts = LockOptions::new().timeout(Duration::from_secs(5)).owner("job-42");
+/// assert_eq!(opts.owner_id(), Some("job-42"));
+/// ```
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct LockOptions {
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) owner: Option<String>,
+    pub(crate) lock_delay: Option<Duration>,
+}
+
+impl LockOptions {
+    /// Defaults: wait forever, anonymous owner (not reentrant), no lock-delay.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Give up waiting after `timeout` with [`Error::Timeout`].
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Acquire as `owner`: a second acquisition of the same lock by the same owner on the same
+    /// client succeeds at once and must be released as many times (reentrancy is opt-in and is
+    /// never tied to a thread or task).
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = Some(owner.into());
+        self
+    }
+
+    /// After this holder's session expires (not after a clean release), keep the lock
+    /// unavailable for `delay`, for resources that do not check fencing tokens. Backends that
+    /// cannot do this ignore it.
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
+        self
+    }
+
+    /// The explicit owner id, if any.
+    pub fn owner_id(&self) -> Option<&str> {
+        self.owner.as_deref()
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), Error> {
+        if let Some(owner) = &self.owner {
+            if owner.is_empty() || owner.len() > MAX_OWNER_LEN || owner.chars().any(char::is_control) {
+                return Err(Error::InvalidArgument(format!(
+                    "owner id must be 1..={MAX_OWNER_LEN} bytes without control characters"
+                )));
+            }
+        }
+        if let Some(d) = self.lock_delay {
+            if d > MAX_LOCK_DELAY {
+                return Err(Error::InvalidArgument(format!(
+                    "lock delay {d:?} is above the maximum {MAX_LOCK_DELAY:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_need_a_known_unit() {
+        assert_eq!(parse_duration("10s").ok(), Some(Duration::from_secs(10)));
+        assert_eq!(parse_duration("1h").ok(), Some(Duration::from_secs(3600)));
+        for bad in ["", "s", "10", "10x", "-1s", "1.5s", "99999999999999999999999s"] {
+            assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
+        }
+    }
+
+    #[test]
+    fn ttl_outside_the_documented_range_is_rejected() {
+        assert!(validate_ttl(Duration::ZERO).is_err());
+        assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
+        assert!(validate_ttl(MIN_TTL).is_ok());
+    }
+
+    #[test]
+    fn owner_ids_are_checked() {
+        assert!(LockOptions::new().owner("").validate().is_err());
+        assert!(LockOptions::new().owner("a\nb").validate().is_err());
+        assert!(LockOptions::new().owner("x".repeat(129)).validate().is_err());
+        assert!(LockOptions::new().owner("worker-1").validate().is_ok());
+    }
+}

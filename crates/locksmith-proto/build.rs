@@ -1,0 +1,7 @@
+//! Compiles the .proto with protox (pure Rust), so building needs no system `protoc`.
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    println!("cargo:rerun-if-changed=proto/locksmith.proto");
+    let fds = protox::compile(["proto/locksmith.proto"], ["proto"])?;
+    tonic_prost_build::configure().compile_fds(fds)?;
+    Ok(())
+}

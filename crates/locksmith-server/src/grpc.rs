@@ -1,0 +1,74 @@
+//! The gRPC adapter: the `Locksmith` service over tonic, forwarding to [`Service`].
+
+use std::pin::Pin;
+
+use futures_util::{Stream, StreamExt};
+use locksmith_proto::locksmith_server::{Locksmith, LocksmithServer};
+use locksmith_proto::{ClientMessage, LockInfo, ServerMessage, StatusRequest, StatusResponse};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::connection::serve_stream;
+use crate::service::Service;
+
+/// The tonic service.
+#[derive(Debug, Clone)]
+pub struct Grpc {
+    service: Service,
+}
+
+impl Grpc {
+    /// Wraps `service` as a tonic server ready to be added to a router.
+    pub fn server(service: Service) -> LocksmithServer<Self> {
+        LocksmithServer::new(Self { service }).max_decoding_message_size(64 * 1024)
+    }
+}
+
+type Outbound = Pin<Box<dyn Stream<Item = Result<ServerMessage, Status>> + Send>>;
+
+fn ms(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[tonic::async_trait]
+impl Locksmith for Grpc {
+    type SessionStream = Outbound;
+
+    async fn session(&self, request: Request<Streaming<ClientMessage>>) -> Result<Response<Outbound>, Status> {
+        let inbound = request.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        tokio::spawn(serve_stream(self.service.clone(), inbound, tx));
+        let out = UnboundedReceiverStream::new(rx).map(Ok);
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let name = request.into_inner().name;
+        let name = if name.is_empty() { None } else { Some(name) };
+        if let Some(n) = &name {
+            locksmith_core::LockName::new(n.as_str()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        }
+        let views = self.service.status(name).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        let locks = views
+            .into_iter()
+            .map(|v| {
+                let (held, holder_session, holder_owner, token, ttl_left_ms) = match v.holder {
+                    Some((s, o, t, left)) => (true, s, o, t, ms(left)),
+                    None => (false, 0, String::new(), 0, 0),
+                };
+                LockInfo {
+                    name: v.name,
+                    held,
+                    holder_session,
+                    holder_owner,
+                    token,
+                    ttl_left_ms,
+                    waiters: v.waiters,
+                    last_token: v.last_token,
+                    lock_delay_left_ms: v.delay_left.map(ms).unwrap_or(0),
+                }
+            })
+            .collect();
+        Ok(Response::new(StatusResponse { locks }))
+    }
+}

@@ -1,0 +1,29 @@
+//! The native locksmith lock server.
+//!
+//! - [`machine`]: the pure lock state machine (sessions, holders, FIFO waiters, fencing
+//!   counters, lock-delay, expiry; time passed in);
+//! - `wal` and `sink`: the data directory and group-committed durability;
+//! - [`Service`]: the task that drives the machine;
+//! - `connection` and [`grpc`]: transports that forward session streams to it;
+//! - [`serve`]: the server main loop, `run(listener, data_dir, shutdown)` style.
+//!
+//! Durability and restarts: a grant is on disk before its holder hears of it, so fencing tokens
+//! never repeat or go backwards, also after `kill -9`. On restart every session in the log is
+//! restored with its holds and gets one full TTL to reconnect and resume (Chubby's grace
+//! period); a client that cannot reach the server in that time has already stopped trusting its
+//! holds, because its own deadline ran from its last renewal *before* the crash. So there are
+//! never two holders across a restart. Queued waiters are not persisted: clients re-send them
+//! when they resume.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+
+mod connection;
+pub mod grpc;
+pub mod machine;
+mod serve;
+mod service;
+mod sink;
+mod wal;
+
+pub use connection::serve_stream;
+pub use serve::{serve, ServeOptions};
+pub use service::{Outbox, Service};

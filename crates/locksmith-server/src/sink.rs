@@ -1,0 +1,157 @@
+//! Where the service's output goes: records to the log, then the messages that depend on them.
+//!
+//! The durable sink runs the log writer on its own OS thread (file I/O blocks) and commits in
+//! groups: while one `fdatasync` runs, new batches queue up, and the next write covers them all
+//! with one sync. A batch's messages go out only after its records are on disk when any of them
+//! needs it (a grant), so a token a client has seen is never issued again after a crash.
+
+use std::fs::File;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use locksmith_core::Error;
+use locksmith_proto::ServerMessage;
+use tokio::sync::mpsc;
+
+use crate::machine::Record;
+use crate::service::Outbox;
+use crate::wal::{encode_into, DataDir};
+
+/// Log size after which the service writes a snapshot and starts a new log.
+const COMPACT_AT: u64 = 64 * 1024 * 1024;
+
+pub(crate) enum Job {
+    Batch(Vec<Record>, Vec<(Outbox, ServerMessage)>),
+    Compact(Vec<Record>),
+}
+
+pub(crate) enum Sink {
+    /// In memory: nothing to persist, deliver at once.
+    Direct,
+    Durable {
+        tx: Option<mpsc::UnboundedSender<Job>>,
+        thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+        failed: Arc<AtomicBool>,
+        compact: Arc<AtomicBool>,
+    },
+}
+
+impl Sink {
+    pub(crate) fn durable(dir: DataDir, file: File) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let failed = Arc::new(AtomicBool::new(false));
+        let compact = Arc::new(AtomicBool::new(false));
+        let (f, c) = (failed.clone(), compact.clone());
+        let thread = std::thread::Builder::new()
+            .name("locksmith-wal".into())
+            .spawn(move || {
+                let r = write_loop(dir, file, rx, &c);
+                if let Err(e) = &r {
+                    tracing::error!(error = %e, "write-ahead log failed; no further grants will be acknowledged");
+                    f.store(true, Ordering::SeqCst);
+                }
+                r
+            });
+        match thread {
+            Ok(t) => Sink::Durable { tx: Some(tx), thread: Some(t), failed, compact },
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the log writer thread");
+                failed.store(true, Ordering::SeqCst);
+                Sink::Durable { tx: None, thread: None, failed, compact }
+            }
+        }
+    }
+
+    pub(crate) fn submit(&mut self, records: Vec<Record>, msgs: Vec<(Outbox, ServerMessage)>) -> Result<(), Error> {
+        match self {
+            Sink::Direct => {
+                for (out, m) in msgs {
+                    let _ = out.send(m);
+                }
+                Ok(())
+            }
+            Sink::Durable { tx, failed, .. } => {
+                let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs)).is_ok());
+                if !sent || failed.load(Ordering::SeqCst) {
+                    return Err(Error::Io(std::io::Error::other("write-ahead log writer has stopped")));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    pub(crate) fn wants_compaction(&self) -> bool {
+        match self {
+            Sink::Direct => false,
+            Sink::Durable { compact, .. } => compact.load(Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn compact(&mut self, snapshot: Vec<Record>) {
+        if let Sink::Durable { tx: Some(tx), compact, .. } = self {
+            compact.store(false, Ordering::Relaxed);
+            let _ = tx.send(Job::Compact(snapshot));
+        }
+    }
+
+    /// Waits until everything submitted is written.
+    pub(crate) fn finish(&mut self) -> Result<(), Error> {
+        if let Sink::Durable { tx, thread, .. } = self {
+            tx.take();
+            if let Some(t) = thread.take() {
+                return t.join().unwrap_or_else(|_| Err(Error::Io(std::io::Error::other("log writer panicked"))));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_loop(dir: DataDir, mut file: File, mut rx: mpsc::UnboundedReceiver<Job>, compact: &AtomicBool) -> Result<(), Error> {
+    let mut size: u64 = 0;
+    let mut buf = Vec::with_capacity(64 * 1024);
+    let mut jobs = Vec::new();
+    while let Some(first) = rx.blocking_recv() {
+        jobs.push(first);
+        while let Ok(more) = rx.try_recv() {
+            jobs.push(more);
+        }
+        let mut sync = false;
+        let mut out = Vec::new();
+        for job in jobs.drain(..) {
+            match job {
+                Job::Batch(records, msgs) => {
+                    for r in &records {
+                        sync |= r.needs_sync();
+                        encode_into(r, &mut buf);
+                    }
+                    out.extend(msgs);
+                }
+                Job::Compact(snapshot) => {
+                    // Everything before the snapshot point must reach the old log first.
+                    file.write_all(&buf)?;
+                    buf.clear();
+                    file = dir.rewrite(&snapshot)?;
+                    size = 0;
+                    sync = false;
+                }
+            }
+        }
+        if !buf.is_empty() {
+            file.write_all(&buf)?;
+            size += buf.len() as u64;
+            buf.clear();
+        }
+        if sync {
+            file.sync_data()?;
+        }
+        for (o, m) in out {
+            let _ = o.send(m);
+        }
+        if size > COMPACT_AT {
+            compact.store(true, Ordering::Relaxed);
+        }
+    }
+    file.sync_data()?;
+    Ok(())
+}

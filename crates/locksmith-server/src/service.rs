@@ -76,6 +76,11 @@ impl Service {
         self.stop.notify_one();
     }
 
+    /// Whether the service task is still running.
+    pub fn is_running(&self) -> bool {
+        !self.tx.is_closed()
+    }
+
     pub(crate) fn new_conn_id(&self) -> u64 {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }

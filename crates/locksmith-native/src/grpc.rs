@@ -1,0 +1,114 @@
+//! `locksmith://host:port`: the native server over gRPC, one session stream per session.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use locksmith_core::{Backend, Error, LockName, LockStatus, Result, Session};
+use locksmith_proto::locksmith_client::LocksmithClient;
+use locksmith_proto::StatusRequest;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::mux::{Connector, StreamSession, Transport};
+
+/// How long to wait for a TCP connection before calling the server unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// The native backend.
+#[derive(Debug, Clone)]
+pub struct NativeBackend {
+    inner: Arc<GrpcConnector>,
+}
+
+#[derive(Debug)]
+struct GrpcConnector {
+    url: String,
+    channel: Channel,
+}
+
+impl NativeBackend {
+    /// A backend for `host:port`. Connects lazily: an unreachable server shows on first use as
+    /// [`Error::Unavailable`].
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] if `authority` is not `host:port`.
+    pub fn new(authority: &str) -> Result<Self> {
+        let url = format!("locksmith://{authority}");
+        let bad = |reason: &str| Error::InvalidUrl { url: url.clone(), reason: reason.into() };
+        if authority.is_empty() || authority.contains('/') || authority.contains('@') {
+            return Err(bad("expected locksmith://host:port"));
+        }
+        let endpoint = Endpoint::from_shared(format!("http://{authority}"))
+            .map_err(|e| bad(&e.to_string()))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_while_idle(true);
+        let channel = endpoint.connect_lazy();
+        Ok(Self { inner: Arc::new(GrpcConnector { url, channel }) })
+    }
+
+    fn unavailable(&self, e: impl std::fmt::Display) -> Error {
+        Error::Unavailable { backend: self.inner.url.clone(), message: e.to_string() }
+    }
+}
+
+#[async_trait]
+impl Connector for GrpcConnector {
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+
+    async fn connect(&self) -> Result<Transport> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut client = LocksmithClient::new(self.channel.clone());
+        let response = tokio::time::timeout(CONNECT_TIMEOUT, client.session(UnboundedReceiverStream::new(rx)))
+            .await
+            .map_err(|_| Error::Unavailable { backend: self.url.clone(), message: "no answer".into() })?
+            .map_err(|s| Error::Unavailable { backend: self.url.clone(), message: status_message(&s) })?;
+        let url = self.url.clone();
+        let inbound = response.into_inner().map(move |item| {
+            item.map_err(|s| Error::Unavailable { backend: url.clone(), message: status_message(&s) })
+        });
+        Ok(Transport { tx, rx: inbound.boxed() })
+    }
+}
+
+fn status_message(s: &tonic::Status) -> String {
+    // tonic puts the useful cause (connection refused…) in the source chain.
+    let mut msg = s.message().to_string();
+    let mut src = std::error::Error::source(s);
+    while let Some(e) = src {
+        msg.push_str(": ");
+        msg.push_str(&e.to_string());
+        src = e.source();
+    }
+    msg
+}
+
+#[async_trait]
+impl Backend for NativeBackend {
+    fn describe(&self) -> String {
+        self.inner.url.clone()
+    }
+
+    async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
+        let connector: Arc<dyn Connector> = self.inner.clone();
+        Ok(Box::new(StreamSession::open(connector, ttl).await?))
+    }
+
+    async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
+        let mut client = LocksmithClient::new(self.inner.channel.clone());
+        let req = StatusRequest { name: name.map(|n| n.as_str().to_string()).unwrap_or_default() };
+        let resp = tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(req))
+            .await
+            .map_err(|_| self.unavailable("no answer"))?
+            .map_err(|s| match s.code() {
+                tonic::Code::InvalidArgument => Error::InvalidArgument(s.message().to_string()),
+                _ => self.unavailable(status_message(&s)),
+            })?;
+        Ok(resp.into_inner().locks.into_iter().map(crate::convert::from_wire).collect())
+    }
+}

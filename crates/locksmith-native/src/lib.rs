@@ -1,0 +1,17 @@
+//! Drivers for the native locksmith server: `locksmith://host:port` over gRPC
+//! ([`NativeBackend`]) and, with the `memory` feature, `memory://` ([`MemoryBackend`]): the
+//! same server logic in-process, for tests.
+//!
+//! Both speak one session stream per session (see `locksmith-proto`): requests, keep-alives and
+//! pushed grants share it, so waiting costs nothing and a release wakes exactly one waiter.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+
+mod convert;
+mod grpc;
+#[cfg(feature = "memory")]
+mod memory;
+mod mux;
+
+pub use grpc::NativeBackend;
+#[cfg(feature = "memory")]
+pub use memory::MemoryBackend;

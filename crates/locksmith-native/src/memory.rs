@@ -1,0 +1,91 @@
+//! `memory://[name]`: the native server's service running in this process, without network or
+//! disk, for users' own tests. The same state machine and the same session protocol as
+//! `locksmith://`, so behaviour matches the real server (except durability). The same URL in
+//! one process means the same lock space.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use locksmith_core::{Backend, LockName, LockStatus, Result, Session};
+use locksmith_server::machine::Limits;
+use locksmith_server::Service;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::mux::{Connector, StreamSession, Transport};
+
+/// The in-process backend.
+#[derive(Debug, Clone)]
+pub struct MemoryBackend {
+    inner: Arc<MemoryConnector>,
+}
+
+#[derive(Debug)]
+struct MemoryConnector {
+    name: String,
+    service: Service,
+}
+
+fn registry() -> &'static Mutex<HashMap<String, Service>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<String, Service>>> = OnceLock::new();
+    REGISTRY.get_or_init(Default::default)
+}
+
+impl MemoryBackend {
+    /// The in-process lock space called `name` (`""` for plain `memory://`), created on first
+    /// use. Must be called inside a tokio runtime; a space whose runtime has ended is recreated
+    /// empty.
+    pub fn named(name: &str) -> Self {
+        let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+        let service = match reg.get(name) {
+            Some(s) if s.is_running() => s.clone(),
+            _ => {
+                let s = Service::start_in_memory(Limits::default());
+                reg.insert(name.to_string(), s.clone());
+                s
+            }
+        };
+        Self { inner: Arc::new(MemoryConnector { name: name.to_string(), service }) }
+    }
+
+    /// A private lock space nobody else can reach.
+    pub fn isolated() -> Self {
+        let service = Service::start_in_memory(Limits::default());
+        Self { inner: Arc::new(MemoryConnector { name: "(isolated)".into(), service }) }
+    }
+}
+
+#[async_trait]
+impl Connector for MemoryConnector {
+    fn describe(&self) -> String {
+        format!("memory://{}", self.name)
+    }
+
+    async fn connect(&self) -> Result<Transport> {
+        let (to_server, from_client) = tokio::sync::mpsc::unbounded_channel();
+        let (to_client, from_server) = tokio::sync::mpsc::unbounded_channel();
+        let inbound = UnboundedReceiverStream::new(from_client).map(Ok::<_, Infallible>);
+        tokio::spawn(locksmith_server::serve_stream(self.service.clone(), inbound, to_client));
+        Ok(Transport { tx: to_server, rx: UnboundedReceiverStream::new(from_server).map(Ok).boxed() })
+    }
+}
+
+#[async_trait]
+impl Backend for MemoryBackend {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
+        let connector: Arc<dyn Connector> = self.inner.clone();
+        Ok(Box::new(StreamSession::open(connector, ttl).await?))
+    }
+
+    async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
+        let views = self.inner.service.status(name.map(|n| n.as_str().to_string())).await?;
+        Ok(views.into_iter().map(crate::convert::from_view).collect())
+    }
+}

@@ -1,0 +1,380 @@
+//! The client side of one session stream, whatever carries it: matches answers to requests,
+//! makes dropped acquisitions leave nothing behind, and resumes the session on a new stream when
+//! the old one breaks (re-sending what was in flight, which the server treats idempotently).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
+use locksmith_core::{Acquired, AcquireRequest, Error, KeepAlive, LockName, Result, Session};
+use locksmith_proto::client_message::Body as In;
+use locksmith_proto::server_message::Body as Out;
+use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
+use tokio::sync::{mpsc, oneshot};
+
+/// One stream: messages out, messages in.
+pub(crate) struct Transport {
+    pub(crate) tx: mpsc::UnboundedSender<ClientMessage>,
+    pub(crate) rx: BoxStream<'static, Result<ServerMessage>>,
+}
+
+/// Opens new streams to the server.
+#[async_trait]
+pub(crate) trait Connector: Send + Sync + 'static {
+    fn describe(&self) -> String;
+    async fn connect(&self) -> Result<Transport>;
+}
+
+struct Pending {
+    reply: oneshot::Sender<Result<Out>>,
+    /// Re-sent as is after a resume (acquire, release, cancel are idempotent on the server).
+    resend: Option<ClientMessage>,
+}
+
+#[derive(Default)]
+struct State {
+    tx: Option<mpsc::UnboundedSender<ClientMessage>>,
+    pending: HashMap<u64, Pending>,
+    /// Acquisitions dropped before their answer: a grant that still arrives is released.
+    abandoned: HashMap<u64, (String, String)>,
+    /// Cancel message id → the acquisition it withdraws.
+    cancels: HashMap<u64, u64>,
+    expired: bool,
+    closed: bool,
+}
+
+struct Shared {
+    session: u64,
+    ttl: Duration,
+    next_id: AtomicU64,
+    state: Mutex<State>,
+    connector: Arc<dyn Connector>,
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means another task panicked mid-update; the maps stay usable.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn unavailable(&self, message: impl Into<String>) -> Error {
+        Error::Unavailable { backend: self.connector.describe(), message: message.into() }
+    }
+
+    fn send_now(&self, msg: ClientMessage) {
+        if let Some(tx) = &self.state().tx {
+            let _ = tx.send(msg);
+        }
+    }
+}
+
+/// A [`Session`] over a session stream.
+pub(crate) struct StreamSession {
+    shared: Arc<Shared>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for StreamSession {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl StreamSession {
+    /// Opens a session of `ttl` on a new stream.
+    pub(crate) async fn open(connector: Arc<dyn Connector>, ttl: Duration) -> Result<Self> {
+        let mut transport = connector.connect().await?;
+        let session = handshake(&mut transport, &connector, ttl, 0).await?;
+        let shared = Arc::new(Shared {
+            session,
+            ttl,
+            next_id: AtomicU64::new(2),
+            state: Mutex::new(State { tx: Some(transport.tx.clone()), ..State::default() }),
+            connector,
+        });
+        let task = tokio::spawn(drive(shared.clone(), transport));
+        Ok(Self { shared, task })
+    }
+
+    async fn call(&self, body: In, resend: bool) -> Result<Out> {
+        let id = self.shared.id();
+        let (tx, rx) = oneshot::channel();
+        let msg = ClientMessage { id, body: Some(body) };
+        {
+            let mut st = self.shared.state();
+            if st.expired {
+                return Err(Error::SessionExpired);
+            }
+            match &st.tx {
+                Some(t) => {
+                    let _ = t.send(msg.clone());
+                }
+                None if !resend => return Err(self.shared.unavailable("reconnecting")),
+                None => {}
+            }
+            st.pending.insert(id, Pending { reply: tx, resend: resend.then_some(msg) });
+        }
+        let mut call = CallGuard { shared: &self.shared, id, done: false, acquire: None };
+        let out = rx.await.map_err(|_| self.shared.unavailable("session stream closed"))?;
+        call.done = true;
+        out
+    }
+}
+
+/// Removes a pending call when its future is dropped; a dropped acquisition is withdrawn.
+struct CallGuard<'a> {
+    shared: &'a Shared,
+    id: u64,
+    done: bool,
+    acquire: Option<(String, String)>,
+}
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        let mut st = self.shared.state();
+        st.pending.remove(&self.id);
+        if let Some(key) = self.acquire.take() {
+            st.abandoned.insert(self.id, key);
+            let cancel_id = self.shared.id();
+            st.cancels.insert(cancel_id, self.id);
+            if let Some(tx) = &st.tx {
+                let body = In::Cancel(locksmith_proto::Cancel { request: self.id });
+                let _ = tx.send(ClientMessage { id: cancel_id, body: Some(body) });
+            }
+        }
+    }
+}
+
+async fn handshake(t: &mut Transport, connector: &Arc<dyn Connector>, ttl: Duration, resume: u64) -> Result<u64> {
+    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let open = In::Open(locksmith_proto::Open { ttl_ms, resume_session: resume });
+    t.tx.send(ClientMessage { id: 1, body: Some(open) })
+        .map_err(|_| Error::Unavailable { backend: connector.describe(), message: "stream closed".into() })?;
+    match t.rx.next().await {
+        Some(Ok(ServerMessage { body: Some(Out::Opened(o)), .. })) => Ok(o.session),
+        Some(Ok(ServerMessage { body: Some(Out::Error(e)), .. })) => Err(server_error(&e)),
+        Some(Ok(other)) => Err(Error::Protocol(format!("expected opened, got {other:?}"))),
+        Some(Err(e)) => Err(e),
+        None => Err(Error::Unavailable { backend: connector.describe(), message: "stream closed during open".into() }),
+    }
+}
+
+fn server_error(e: &locksmith_proto::Error) -> Error {
+    match Code::try_from(e.code).unwrap_or(Code::Unknown) {
+        Code::SessionExpired => Error::SessionExpired,
+        Code::InvalidArgument => Error::InvalidArgument(e.message.clone()),
+        Code::LimitExceeded => Error::LimitExceeded(e.message.clone()),
+        Code::Unavailable | Code::Unknown => Error::Backend(format!("locksmith server: {}", e.message)),
+    }
+}
+
+/// Reads answers and pushed grants; on a broken stream, resumes the session on a new one.
+async fn drive(shared: Arc<Shared>, mut t: Transport) {
+    loop {
+        while let Some(item) = t.rx.next().await {
+            match item {
+                Ok(m) => dispatch(&shared, m),
+                Err(e) => {
+                    tracing::debug!(session = shared.session, error = %e, "session stream error");
+                    break;
+                }
+            }
+            if shared.state().expired {
+                return;
+            }
+        }
+        {
+            let mut st = shared.state();
+            st.tx = None;
+            if st.closed || st.expired {
+                fail_all(&mut st, || Error::SessionExpired);
+                return;
+            }
+            // Calls that cannot be re-sent fail now; their callers retry.
+            let lost: Vec<u64> = st.pending.iter().filter(|(_, p)| p.resend.is_none()).map(|(id, _)| *id).collect();
+            for id in lost {
+                if let Some(p) = st.pending.remove(&id) {
+                    let _ = p.reply.send(Err(shared.unavailable("session stream broke; resuming")));
+                }
+            }
+        }
+        match reconnect(&shared).await {
+            Some(next) => t = next,
+            None => return,
+        }
+    }
+}
+
+fn fail_all(st: &mut State, err: impl Fn() -> Error) {
+    for (_, p) in st.pending.drain() {
+        let _ = p.reply.send(Err(err()));
+    }
+}
+
+/// Resumes the session on a new stream until it works or the session's TTL has certainly run
+/// out (then the server has expired it anyway).
+async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
+    let give_up = tokio::time::Instant::now() + shared.ttl;
+    let mut backoff = Duration::from_millis(5);
+    loop {
+        if tokio::time::Instant::now() >= give_up {
+            let mut st = shared.state();
+            st.expired = true;
+            fail_all(&mut st, || Error::SessionExpired);
+            return None;
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(shared.ttl / 10);
+        let Ok(mut t) = shared.connector.connect().await else { continue };
+        match handshake(&mut t, &shared.connector, shared.ttl, shared.session).await {
+            Ok(_) => {
+                let mut st = shared.state();
+                for p in st.pending.values() {
+                    if let Some(m) = &p.resend {
+                        let _ = t.tx.send(m.clone());
+                    }
+                }
+                // A dropped acquisition may have been granted while we were away: ask again
+                // without waiting; the answer is released if it is a grant.
+                for (id, (name, owner)) in &st.abandoned {
+                    let body = In::Acquire(locksmith_proto::Acquire {
+                        name: name.clone(),
+                        owner: owner.clone(),
+                        wait: false,
+                        lock_delay_ms: 0,
+                    });
+                    let _ = t.tx.send(ClientMessage { id: *id, body: Some(body) });
+                }
+                st.tx = Some(t.tx.clone());
+                tracing::info!(session = shared.session, "session resumed on a new stream");
+                return Some(t);
+            }
+            Err(Error::SessionExpired) => {
+                let mut st = shared.state();
+                st.expired = true;
+                fail_all(&mut st, || Error::SessionExpired);
+                return None;
+            }
+            Err(e) => tracing::debug!(error = %e, "resume failed; retrying"),
+        }
+    }
+}
+
+fn dispatch(shared: &Shared, m: ServerMessage) {
+    let Some(body) = m.body else { return };
+    let mut st = shared.state();
+    if m.id == 0 {
+        if let Out::Error(e) = &body {
+            if e.code == Code::SessionExpired as i32 {
+                st.expired = true;
+                fail_all(&mut st, || Error::SessionExpired);
+            }
+        }
+        return;
+    }
+    if let Some(p) = st.pending.remove(&m.id) {
+        let out = match body {
+            Out::Error(e) => Err(server_error(&e)),
+            other => Ok(other),
+        };
+        let _ = p.reply.send(out);
+        return;
+    }
+    match body {
+        Out::Granted(g) => {
+            if let Some((name, owner)) = st.abandoned.remove(&m.id) {
+                let id = shared.id();
+                drop(st);
+                let body = In::Release(locksmith_proto::Release { name, owner, token: g.token });
+                shared.send_now(ClientMessage { id, body: Some(body) });
+            }
+        }
+        Out::Busy(_) | Out::Error(_) => {
+            st.abandoned.remove(&m.id);
+        }
+        Out::Cancelled(_) => {
+            // Every grant sent before the cancel was handled has arrived by now (one stream).
+            if let Some(acquire) = st.cancels.remove(&m.id) {
+                st.abandoned.remove(&acquire);
+            }
+        }
+        _ => {}
+    }
+}
+
+#[async_trait]
+impl Session for StreamSession {
+    fn id(&self) -> String {
+        format!("{:x}", self.shared.session)
+    }
+
+    async fn keep_alive(&self) -> Result<KeepAlive> {
+        match self.call(In::KeepAlive(locksmith_proto::KeepAlive {}), false).await? {
+            Out::KeepAlive(_) => Ok(KeepAlive::default()),
+            other => Err(Error::Protocol(format!("unexpected answer to keep-alive: {other:?}"))),
+        }
+    }
+
+    async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
+        let lock_delay_ms = req.lock_delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
+        let key = (req.name.as_str().to_string(), req.owner.clone());
+        let body = In::Acquire(locksmith_proto::Acquire {
+            name: req.name.as_str().to_string(),
+            owner: req.owner,
+            wait: req.wait,
+            lock_delay_ms,
+        });
+        // Like `call`, but the guard withdraws the acquisition if this future is dropped.
+        let id = self.shared.id();
+        let (tx, rx) = oneshot::channel();
+        let msg = ClientMessage { id, body: Some(body) };
+        {
+            let mut st = self.shared.state();
+            if st.expired {
+                return Err(Error::SessionExpired);
+            }
+            if let Some(t) = &st.tx {
+                let _ = t.send(msg.clone());
+            }
+            st.pending.insert(id, Pending { reply: tx, resend: Some(msg) });
+        }
+        let mut call = CallGuard { shared: &self.shared, id, done: false, acquire: Some(key) };
+        let out = rx.await.map_err(|_| self.shared.unavailable("session stream closed"));
+        call.done = true;
+        match out?? {
+            Out::Granted(g) => Ok(Acquired::Granted { token: g.token }),
+            Out::Busy(_) => Ok(Acquired::Busy),
+            other => Err(Error::Protocol(format!("unexpected answer to acquire: {other:?}"))),
+        }
+    }
+
+    async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
+        let body = In::Release(locksmith_proto::Release { name: name.as_str().to_string(), owner: owner.to_string(), token });
+        match self.call(body, true).await? {
+            Out::Released(r) => Ok(r.was_held),
+            other => Err(Error::Protocol(format!("unexpected answer to release: {other:?}"))),
+        }
+    }
+
+    async fn close(&self) -> Result<()> {
+        let id = self.shared.id();
+        let mut st = self.shared.state();
+        st.closed = true;
+        if let Some(tx) = st.tx.take() {
+            let _ = tx.send(ClientMessage { id, body: Some(In::Close(locksmith_proto::Close {})) });
+        }
+        fail_all(&mut st, || Error::SessionExpired);
+        Ok(())
+    }
+}

@@ -98,6 +98,20 @@ impl Guard {
         self.ctx.remaining()
     }
 
+    /// The wall-clock instant until which the hold is certainly ours unless a renewal extends it
+    /// (for logs and for comparing with other processes). Still answers after the hold was lost:
+    /// then it tells when it stopped being safe.
+    pub fn valid_until(&self) -> std::time::SystemTime {
+        let deadline = self.ctx.deadline();
+        let now = tokio::time::Instant::now();
+        let wall = std::time::SystemTime::now();
+        if deadline >= now {
+            wall + (deadline - now)
+        } else {
+            wall - (now - deadline)
+        }
+    }
+
     /// Resolves when the hold may have been lost: the local deadline passed, the session
     /// expired, or the backend reported the hold gone. This happens before the backend can give
     /// the lock to anyone else.

@@ -89,6 +89,11 @@ impl SessionCtx {
         l.deadline.saturating_duration_since(Instant::now())
     }
 
+    /// The local deadline (kept after expiry: then it tells when safety ended).
+    pub(crate) fn deadline(&self) -> Instant {
+        self.liveness.borrow().deadline
+    }
+
     pub(crate) fn expire(&self) {
         self.liveness.send_modify(|l| l.expired = true);
     }

@@ -1,0 +1,69 @@
+//! The `locksmith` command line: `serve`, `run`, `status`, `bench`. Each command is one module;
+//! this file only parses arguments and sets up logging and the runtime.
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+pub mod bench;
+pub mod exit;
+pub mod run;
+pub mod serve;
+pub mod status;
+
+/// Default backend when neither `--backend` nor `LOCKSMITH_BACKEND` is given.
+pub const DEFAULT_BACKEND: &str = "locksmith://127.0.0.1:7531";
+
+/// Distributed locks with fencing tokens.
+#[derive(Debug, Parser)]
+#[command(name = "locksmith", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the native lock server in the foreground (stops cleanly on SIGINT/SIGTERM).
+    Serve(serve::ServeArgs),
+    /// Acquire a lock, run a command under it, release it when the command exits.
+    Run(run::RunArgs),
+    /// Show holder, token, waiters and TTL left of one lock or of all.
+    Status(status::StatusArgs),
+    /// Measure lock latency and throughput against a backend.
+    Bench(bench::BenchArgs),
+}
+
+/// Parses `500ms`, `10s`, `2m` for clap.
+pub fn duration_arg(s: &str) -> Result<Duration, String> {
+    locksmith::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Entry point of the binary.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG").unwrap_or_else(|_| {
+        let default = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+        tracing_subscriber::EnvFilter::new(default)
+    });
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("locksmith: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Serve(a) => serve::serve(a).await,
+            Command::Run(a) => run::run(a).await,
+            Command::Status(a) => status::status(a).await,
+            Command::Bench(a) => bench::bench(a).await,
+        }
+    })
+}

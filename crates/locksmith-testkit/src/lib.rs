@@ -1,0 +1,12 @@
+//! Real servers for tests: each started as its own process on 127.0.0.1 with a free port and a
+//! temp dir, and ended (by PID) on drop. A server that cannot start fails the test with the
+//! command that installs what is missing; nothing is skipped silently.
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
+
+mod native;
+mod port;
+mod process;
+
+pub use native::NativeServer;
+pub use port::free_port;
+pub use process::ChildProcess;

@@ -1,0 +1,83 @@
+//! The native server as a real process: `locksmith serve` on a free port and a temp data dir.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use crate::port::{free_port, wait_listening};
+use crate::process::ChildProcess;
+
+/// A `locksmith serve` process; killed by PID on drop, its temp data dir removed.
+#[derive(Debug)]
+pub struct NativeServer {
+    bin: PathBuf,
+    port: u16,
+    dir: tempfile::TempDir,
+    process: Option<ChildProcess>,
+}
+
+impl NativeServer {
+    /// Starts `bin serve` (pass `env!("CARGO_BIN_EXE_locksmith")`).
+    ///
+    /// # Panics
+    /// When the server does not listen within 20 s.
+    pub fn start(bin: &Path) -> Self {
+        let dir = tempfile::Builder::new().prefix("locksmith-test-").tempdir().expect("create a temp dir");
+        let mut s = Self { bin: bin.to_path_buf(), port: free_port(), dir, process: None };
+        s.restart();
+        s
+    }
+
+    /// The backend URL.
+    pub fn url(&self) -> String {
+        format!("locksmith://127.0.0.1:{}", self.port)
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The server's PID (0 when stopped).
+    pub fn pid(&self) -> i32 {
+        self.process.as_ref().map(ChildProcess::pid).unwrap_or(0)
+    }
+
+    /// The process, for signals.
+    pub fn process(&self) -> Option<&ChildProcess> {
+        self.process.as_ref()
+    }
+
+    /// `kill -9` the server; the data dir stays.
+    pub fn kill9(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill9();
+        }
+    }
+
+    /// (Re)starts the server on the same port and data dir.
+    ///
+    /// # Panics
+    /// When it does not listen within 20 s.
+    pub fn restart(&mut self) {
+        self.kill9();
+        let data = self.dir.path().join("data");
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--data-dir")
+            .arg(&data)
+            .env("LOCKSMITH_LOG", "warn")
+            .stdin(Stdio::null());
+        let mut p = ChildProcess::spawn("locksmith serve", &mut cmd);
+        if !wait_listening(self.port, Duration::from_secs(20)) {
+            let status = p.wait_timeout(Duration::from_millis(10));
+            panic!(
+                "locksmith serve did not listen on 127.0.0.1:{} within 20 s (exit: {status:?}); build it with `cargo build -p locksmith-cli`",
+                self.port
+            );
+        }
+        self.process = Some(p);
+    }
+}

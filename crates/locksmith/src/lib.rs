@@ -1,0 +1,95 @@
+//! # locksmith
+//!
+//! Distributed locks with fencing tokens, one contract over every backend. Pick the backend by
+//! URL with [`connect`]; everything else is the same [`Client`] and [`Guard`]:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> locksmith::Result<()> {
+//! let client = locksmith::connect("memory://doc-example").await?;
+//! let guard = client.lock("nightly-report").await?;
+//! // Hand the token to the resource so it can refuse a stale holder.
+//! println!("holding with fencing token {}", guard.token());
+//! assert!(guard.is_held());
+//! guard.unlock().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! | URL | backend | feature |
+//! |---|---|---|
+//! | `locksmith://host:port` | the native lock server (`locksmith serve`) | `native` (default) |
+//! | `memory://[name]` | the native server's logic in this process, for tests | `memory` (default) |
+//!
+//! The contract every backend keeps (mutual exclusion within its fault model, no deadlock,
+//! owner-checked release, fencing tokens, a loss signal before anyone else can be granted,
+//! automatic renewal, waiting without polling, cancel safety, opt-in reentrancy) is in
+//! `DESIGN.md` and is checked by one conformance suite per backend.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use locksmith_core::*;
+
+/// Every scheme locksmith knows, built in or not.
+const KNOWN_SCHEMES: &[&str] =
+    &["locksmith", "memory", "redis", "redlock", "etcd", "zk", "postgres", "postgresql", "mysql", "sqlite"];
+
+/// The backend for `url`, without a session yet.
+///
+/// ```
+/// assert!(locksmith::backend("locksmith://127.0.0.1:7531").is_ok());
+/// assert!(matches!(locksmith::backend("gopher://x"), Err(locksmith::Error::InvalidUrl { .. })));
+/// ```
+///
+/// # Errors
+/// [`Error::InvalidUrl`] for an unknown scheme, a scheme whose feature is not built in, or a
+/// malformed address.
+pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
+    let bad = |reason: String| Error::InvalidUrl { url: url.to_string(), reason };
+    let (scheme, rest) = url
+        .split_once("://")
+        .ok_or_else(|| bad("expected scheme://…, e.g. locksmith://127.0.0.1:7531".into()))?;
+    match scheme {
+        #[cfg(feature = "native")]
+        "locksmith" => Ok(Arc::new(locksmith_native::NativeBackend::new(rest.trim_end_matches('/'))?)),
+        #[cfg(feature = "memory")]
+        "memory" => Ok(Arc::new(locksmith_native::MemoryBackend::named(rest))),
+        s if KNOWN_SCHEMES.contains(&s) => Err(bad(format!("the {scheme}:// backend is not built into this binary"))),
+        other => Err(bad(format!(
+            "unknown scheme {other:?}; known: locksmith, memory (planned: redis, redlock, etcd, zk, postgres, mysql, sqlite)"
+        ))),
+    }
+}
+
+/// A client for `url` with the default session TTL (10 s). Sessions open lazily, so an
+/// unreachable server shows as [`Error::Unavailable`] on the first acquisition.
+///
+/// # Cancel safety
+/// Cancel safe: nothing is opened on the backend yet.
+///
+/// # Errors
+/// As [`backend`].
+pub async fn connect(url: &str) -> Result<Client> {
+    Client::with_default_ttl(backend(url)?)
+}
+
+/// A client for `url` whose session lease is `ttl`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> locksmith::Result<()> {
+/// use std::time::Duration;
+/// let client = locksmith::connect_with_ttl("memory://", Duration::from_secs(2)).await?;
+/// assert_eq!(client.ttl(), Duration::from_secs(2));
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel safety
+/// Cancel safe.
+///
+/// # Errors
+/// As [`backend`], or [`Error::InvalidTtl`].
+pub async fn connect_with_ttl(url: &str, ttl: Duration) -> Result<Client> {
+    Client::new(backend(url)?, ttl)
+}

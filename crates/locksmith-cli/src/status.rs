@@ -58,7 +58,10 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    println!("{:<32} {:<8} {:<18} {:>10} {:>8} {:>10}", "LOCK", "STATE", "HOLDER SESSION", "TOKEN", "WAITERS", "TTL LEFT");
+    println!(
+        "{:<32} {:<8} {:<18} {:>10} {:>8} {:>10}",
+        "LOCK", "STATE", "HOLDER SESSION", "TOKEN", "WAITERS", "TTL LEFT"
+    );
     for l in &locks {
         match &l.holder {
             Some(h) => println!(

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::{Acquired, AcquireRequest, Backend, LockStatus};
+use crate::backend::{AcquireRequest, Acquired, Backend, LockStatus};
 use crate::guard::Guard;
 use crate::keeper::{LostHolds, SessionCtx};
 use crate::{validate_ttl, Error, LockName, LockOptions, Result, DEFAULT_TTL};
@@ -65,10 +65,7 @@ pub struct Client {
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Client")
-            .field("backend", &self.inner.backend.describe())
-            .field("ttl", &self.inner.ttl)
-            .finish()
+        f.debug_struct("Client").field("backend", &self.inner.backend.describe()).field("ttl", &self.inner.ttl).finish()
     }
 }
 
@@ -312,7 +309,15 @@ impl Client {
         if let Some(h) = hold.as_mut() {
             if reentrant && h.ctx.is_alive() && !*h.lost.borrow() {
                 h.count += 1;
-                return Ok(Some(Guard::new(self.clone(), name, owner, h.token, h.lost.clone(), h.ctx.clone(), slot.clone())));
+                return Ok(Some(Guard::new(
+                    self.clone(),
+                    name,
+                    owner,
+                    h.token,
+                    h.lost.clone(),
+                    h.ctx.clone(),
+                    slot.clone(),
+                )));
             }
             // A dead hold: forget it; the backend has freed or will free it.
             *hold = None;

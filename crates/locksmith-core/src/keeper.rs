@@ -56,19 +56,9 @@ pub(crate) type LostHolds = Arc<dyn Fn(Vec<(crate::LockName, u64)>) + Send + Syn
 
 impl SessionCtx {
     /// Wraps a session opened at `opened_at` and starts its keeper.
-    pub(crate) fn start(
-        session: Box<dyn Session>,
-        ttl: Duration,
-        opened_at: Instant,
-        on_lost: LostHolds,
-    ) -> Arc<Self> {
+    pub(crate) fn start(session: Box<dyn Session>, ttl: Duration, opened_at: Instant, on_lost: LostHolds) -> Arc<Self> {
         let (liveness, _) = watch::channel(Liveness { deadline: opened_at + ttl - drift(ttl), expired: false });
-        let ctx = Arc::new(Self {
-            session: Arc::from(session),
-            ttl,
-            liveness,
-            keeper: std::sync::Mutex::new(None),
-        });
+        let ctx = Arc::new(Self { session: Arc::from(session), ttl, liveness, keeper: std::sync::Mutex::new(None) });
         let task = tokio::spawn(keep_alive_loop(Arc::downgrade(&ctx), on_lost));
         if let Ok(mut slot) = ctx.keeper.lock() {
             *slot = Some(task);

@@ -38,10 +38,7 @@ impl LockName {
             )));
         }
         if let Some(c) = name.chars().find(|c| c.is_control()) {
-            return Err(Error::InvalidName(format!(
-                "lock name contains the control character {:?}",
-                c
-            )));
+            return Err(Error::InvalidName(format!("lock name contains the control character {:?}", c)));
         }
         Ok(Self(name))
     }

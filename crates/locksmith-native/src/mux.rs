@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use locksmith_core::{Acquired, AcquireRequest, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use locksmith_proto::client_message::Body as In;
 use locksmith_proto::server_message::Body as Out;
 use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
@@ -110,7 +110,7 @@ impl StreamSession {
         let msg = ClientMessage { id, body: Some(body) };
         {
             let mut st = self.shared.state();
-            if st.expired {
+            if st.expired || st.closed {
                 return Err(Error::SessionExpired);
             }
             match &st.tx {
@@ -341,7 +341,7 @@ impl Session for StreamSession {
         let msg = ClientMessage { id, body: Some(body) };
         {
             let mut st = self.shared.state();
-            if st.expired {
+            if st.expired || st.closed {
                 return Err(Error::SessionExpired);
             }
             if let Some(t) = &st.tx {
@@ -360,7 +360,8 @@ impl Session for StreamSession {
     }
 
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let body = In::Release(locksmith_proto::Release { name: name.as_str().to_string(), owner: owner.to_string(), token });
+        let body =
+            In::Release(locksmith_proto::Release { name: name.as_str().to_string(), owner: owner.to_string(), token });
         match self.call(body, true).await? {
             Out::Released(r) => Ok(r.was_held),
             other => Err(Error::Protocol(format!("unexpected answer to release: {other:?}"))),

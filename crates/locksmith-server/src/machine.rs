@@ -244,14 +244,13 @@ impl Machine {
                 Record::Boot { epoch } => max_epoch = max_epoch.max(epoch),
                 Record::Session { id, ttl } => {
                     max_epoch = max_epoch.max(id >> 32);
-                    m.sessions.insert(
-                        id,
-                        Session { ttl, deadline: now, holds: HashSet::new(), waits: HashMap::new() },
-                    );
+                    m.sessions.insert(id, Session { ttl, deadline: now, holds: HashSet::new(), waits: HashMap::new() });
                 }
                 Record::Grant { name, session, owner, token, lock_delay } => {
                     let lock = m.locks.entry(name.clone()).or_default();
                     lock.counter = lock.counter.max(token);
+                    // A lock is only granted once its lock-delay is over.
+                    lock.delay_until = None;
                     if m.sessions.contains_key(&session) {
                         if let Some(old) = lock.holder.take() {
                             if let Some(os) = m.sessions.get_mut(&old.session) {
@@ -368,7 +367,12 @@ impl Machine {
     ///
     /// # Errors
     /// TTL out of range, too many sessions, or (resume) the session is gone.
-    pub fn open(&mut self, now: Instant, ttl: Duration, resume: Option<SessionId>) -> Result<(SessionId, Duration), Refusal> {
+    pub fn open(
+        &mut self,
+        now: Instant,
+        ttl: Duration,
+        resume: Option<SessionId>,
+    ) -> Result<(SessionId, Duration), Refusal> {
         self.expire_due(now);
         if let Some(id) = resume {
             self.keep_alive(now, id)?;
@@ -446,6 +450,10 @@ impl Machine {
         if lock.waiters.iter().any(|w| w.session == session && w.request == request) {
             return Ok(AcquireOutcome::Queued);
         }
+        if self.sessions.get(&session).is_some_and(|s| s.waits.contains_key(&request)) {
+            // `waits` and `cancel` know a queued acquire by (session, request) alone.
+            return Err(Refusal::Invalid(format!("request {request} is already queued on another lock")));
+        }
         if lock.waiters.len() >= max_waiters {
             return Err(Refusal::Limit(format!("{max_waiters} waiters on lock {name:?}")));
         }
@@ -461,10 +469,7 @@ impl Machine {
     pub fn release(&mut self, now: Instant, session: SessionId, name: &str, owner: &str, token: u64) -> bool {
         self.expire_due(now);
         let Some(lock) = self.locks.get_mut(name) else { return false };
-        let ours = lock
-            .holder
-            .as_ref()
-            .is_some_and(|h| h.session == session && h.owner == owner && h.token == token);
+        let ours = lock.holder.as_ref().is_some_and(|h| h.session == session && h.owner == owner && h.token == token);
         if !ours {
             return false;
         }

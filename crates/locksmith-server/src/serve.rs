@@ -32,14 +32,16 @@ impl ServeOptions {
 ///
 /// # Errors
 /// A corrupt or locked data directory (nothing is changed), or a failing disk.
-pub async fn serve(listener: TcpListener, opts: ServeOptions, shutdown: impl Future<Output = ()> + Send) -> Result<(), Error> {
+pub async fn serve(
+    listener: TcpListener,
+    opts: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), Error> {
     let (service, task) = Service::start_durable(&opts.data_dir, opts.limits)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), "locksmith server listening");
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let router = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(Grpc::server(service.clone()));
+    let router = tonic::transport::Server::builder().tcp_nodelay(true).add_service(Grpc::server(service.clone()));
     let stop = service.clone();
     let result = tokio::select! {
         r = router.serve_with_incoming_shutdown(incoming, shutdown) => r.map_err(|e| Error::Io(std::io::Error::other(e))),

@@ -23,10 +23,27 @@ pub type Outbox = mpsc::UnboundedSender<ServerMessage>;
 /// Commands from transports to the service task.
 #[derive(Debug)]
 pub(crate) enum Command {
-    Open { conn: u64, request: u64, ttl: Duration, resume: Option<SessionId>, out: Outbox, reply: oneshot::Sender<Option<SessionId>> },
-    Request { session: SessionId, conn: u64, msg: ClientMessage },
-    Detach { session: SessionId, conn: u64 },
-    Status { name: Option<String>, reply: oneshot::Sender<Vec<LockView>> },
+    Open {
+        conn: u64,
+        request: u64,
+        ttl: Duration,
+        resume: Option<SessionId>,
+        out: Outbox,
+        reply: oneshot::Sender<Option<SessionId>>,
+    },
+    Request {
+        session: SessionId,
+        conn: u64,
+        msg: ClientMessage,
+    },
+    Detach {
+        session: SessionId,
+        conn: u64,
+    },
+    Status {
+        name: Option<String>,
+        reply: oneshot::Sender<Vec<LockView>>,
+    },
 }
 
 /// A handle to a running lock service; cheap to clone. The service stops when every handle and
@@ -52,7 +69,10 @@ impl Service {
     ///
     /// # Errors
     /// A corrupt or locked data directory, or an I/O failure; the directory is left unchanged.
-    pub fn start_durable(dir: &Path, limits: Limits) -> Result<(Self, tokio::task::JoinHandle<Result<(), Error>>), Error> {
+    pub fn start_durable(
+        dir: &Path,
+        limits: Limits,
+    ) -> Result<(Self, tokio::task::JoinHandle<Result<(), Error>>), Error> {
         let (data, records) = crate::wal::DataDir::open(dir)?;
         let restored = records.len();
         let mut machine = Machine::restore(limits, records, now());
@@ -143,7 +163,11 @@ struct Actor {
 }
 
 impl Actor {
-    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>, stop: Arc<tokio::sync::Notify>) -> Result<(), Error> {
+    async fn run(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<Command>,
+        stop: Arc<tokio::sync::Notify>,
+    ) -> Result<(), Error> {
         let far = Duration::from_secs(86_400);
         loop {
             let wake = self.machine.next_deadline().unwrap_or_else(|| now() + far);
@@ -236,7 +260,7 @@ impl Actor {
                 let _ = reply.send(self.machine.status(t, name.as_deref()));
             }
             Command::Request { session, conn, msg: m } => {
-                if !self.conns.get(&session).is_some_and(|(c, _)| *c == conn) {
+                if self.conns.get(&session).is_none_or(|(c, _)| *c != conn) {
                     // A superseded stream: its session now talks through a newer one.
                     return;
                 }
@@ -260,7 +284,9 @@ impl Actor {
                         Some(error_msg(id, Code::InvalidArgument, "owner must be 1..=256 bytes"))
                     }
                     Ok(_) => match self.machine.acquire(t, session, id, &a.name, &a.owner, a.wait, delay) {
-                        Ok(AcquireOutcome::Granted(token)) => Some(msg(id, Out::Granted(locksmith_proto::Granted { token }))),
+                        Ok(AcquireOutcome::Granted(token)) => {
+                            Some(msg(id, Out::Granted(locksmith_proto::Granted { token })))
+                        }
                         Ok(AcquireOutcome::Busy) => Some(msg(id, Out::Busy(locksmith_proto::Busy {}))),
                         Ok(AcquireOutcome::Queued) => None,
                         Err(r) => Some(refusal_msg(id, &r)),

@@ -43,16 +43,14 @@ impl Sink {
         let failed = Arc::new(AtomicBool::new(false));
         let compact = Arc::new(AtomicBool::new(false));
         let (f, c) = (failed.clone(), compact.clone());
-        let thread = std::thread::Builder::new()
-            .name("locksmith-wal".into())
-            .spawn(move || {
-                let r = write_loop(dir, file, rx, &c);
-                if let Err(e) = &r {
-                    tracing::error!(error = %e, "write-ahead log failed; no further grants will be acknowledged");
-                    f.store(true, Ordering::SeqCst);
-                }
-                r
-            });
+        let thread = std::thread::Builder::new().name("locksmith-wal".into()).spawn(move || {
+            let r = write_loop(dir, file, rx, &c);
+            if let Err(e) = &r {
+                tracing::error!(error = %e, "write-ahead log failed; no further grants will be acknowledged");
+                f.store(true, Ordering::SeqCst);
+            }
+            r
+        });
         match thread {
             Ok(t) => Sink::Durable { tx: Some(tx), thread: Some(t), failed, compact },
             Err(e) => {
@@ -107,7 +105,12 @@ impl Sink {
     }
 }
 
-fn write_loop(dir: DataDir, mut file: File, mut rx: mpsc::UnboundedReceiver<Job>, compact: &AtomicBool) -> Result<(), Error> {
+fn write_loop(
+    dir: DataDir,
+    mut file: File,
+    mut rx: mpsc::UnboundedReceiver<Job>,
+    compact: &AtomicBool,
+) -> Result<(), Error> {
     let mut size: u64 = 0;
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut jobs = Vec::new();

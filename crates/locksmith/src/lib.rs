@@ -47,9 +47,8 @@ const KNOWN_SCHEMES: &[&str] =
 /// malformed address.
 pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
     let bad = |reason: String| Error::InvalidUrl { url: url.to_string(), reason };
-    let (scheme, rest) = url
-        .split_once("://")
-        .ok_or_else(|| bad("expected scheme://…, e.g. locksmith://127.0.0.1:7531".into()))?;
+    let (scheme, rest) =
+        url.split_once("://").ok_or_else(|| bad("expected scheme://…, e.g. locksmith://127.0.0.1:7531".into()))?;
     match scheme {
         #[cfg(feature = "native")]
         "locksmith" => Ok(Arc::new(locksmith_native::NativeBackend::new(rest.trim_end_matches('/'))?)),

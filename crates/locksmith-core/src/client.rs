@@ -358,7 +358,13 @@ impl Client {
                         let ctx = h.ctx.clone();
                         h.lost.send_replace(true);
                         *hold = None;
-                        ctx.session.release(name, owner, token).await.map(|freed| freed && still_ours)
+                        if still_ours {
+                            ctx.session.release(name, owner, token).await
+                        } else {
+                            // Lost already: tidy up if the backend still has it, report not ours.
+                            let _ = ctx.session.release(name, owner, token).await;
+                            Ok(false)
+                        }
                     }
                 }
                 // Already gone (a newer hold, or the session was replaced).

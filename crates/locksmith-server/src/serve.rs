@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use locksmith_core::Error;
 use tokio::net::TcpListener;
@@ -9,6 +10,10 @@ use tokio::net::TcpListener;
 use crate::grpc::Grpc;
 use crate::machine::Limits;
 use crate::service::Service;
+
+/// How long open session streams get to finish after a stop was asked for. Clients resume their
+/// sessions on the next server, so there is no reason to wait for them.
+const DRAIN: Duration = Duration::from_millis(500);
 
 /// What `locksmith serve` needs.
 #[derive(Debug, Clone)]
@@ -28,7 +33,7 @@ impl ServeOptions {
 }
 
 /// Restores the data directory, serves gRPC on `listener` until `shutdown` resolves, then
-/// drains: every acknowledged grant is already durable, so a stop loses nothing.
+/// stops: every acknowledged grant is already durable, and the log is synced once more.
 ///
 /// # Errors
 /// A corrupt or locked data directory (nothing is changed), or a failing disk.
@@ -37,27 +42,39 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
-    let (service, task) = Service::start_durable(&opts.data_dir, opts.limits)?;
+    let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), "locksmith server listening");
     let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
-    let router = tonic::transport::Server::builder().tcp_nodelay(true).add_service(Grpc::server(service.clone()));
-    let stop = service.clone();
-    let result = tokio::select! {
-        r = router.serve_with_incoming_shutdown(incoming, shutdown) => r.map_err(|e| Error::Io(std::io::Error::other(e))),
-        r = wait_task(task) => return r,
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let router = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(Grpc::server(service.clone()))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        });
+    tokio::pin!(router);
+    let served = tokio::select! {
+        r = &mut router => r.map_err(|e| Error::Io(std::io::Error::other(e))),
+        r = &mut task => return task_result(r).and(Err(Error::Io(std::io::Error::other("lock service stopped unexpectedly")))),
+        _ = shutdown => {
+            tracing::info!("stopping");
+            let _ = stop_tx.send(());
+            let _ = tokio::time::timeout(DRAIN, &mut router).await;
+            Ok(())
+        }
     };
-    tracing::info!("shutting down");
-    stop.shutdown();
-    result
+    service.shutdown();
+    let finished = tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .map_err(|_| Error::Io(std::io::Error::other("lock service did not stop in 10 s")))?;
+    task_result(finished)?;
+    served
 }
 
-async fn wait_task(task: tokio::task::JoinHandle<Result<(), Error>>) -> Result<(), Error> {
-    match task.await {
-        Ok(r) => {
-            r?;
-            Err(Error::Io(std::io::Error::other("lock service stopped")))
-        }
+fn task_result(r: Result<Result<(), Error>, tokio::task::JoinError>) -> Result<(), Error> {
+    match r {
+        Ok(r) => r,
         Err(e) => Err(Error::Io(std::io::Error::other(format!("lock service task failed: {e}")))),
     }
 }

@@ -145,7 +145,7 @@ fn write_loop(
             size += buf.len() as u64;
             buf.clear();
         }
-        if sync {
+        if sync && std::env::var_os("LOCKSMITH_EXPERIMENT_NOSYNC").is_none() {
             file.sync_data()?;
         }
         for (o, m) in out {

@@ -112,10 +112,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Ok(Some(g)) => g,
         Ok(None) => {
             eprintln!("locksmith run: {:?} is held by someone else; nothing ran", args.name);
+            client.close().await;
             return ExitCode::from(exit::NOT_ACQUIRED);
         }
         Err(locksmith::Error::Timeout) => {
             eprintln!("locksmith run: timed out waiting for {:?}; nothing ran", args.name);
+            client.close().await;
             return ExitCode::from(exit::NOT_ACQUIRED);
         }
         Err(e) => return exit::report("run", &e),
@@ -156,6 +158,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     let _ = child.wait().await;
                 }
                 drop(guard);
+                client.close().await;
                 return ExitCode::from(exit::LOST);
             }
             status = child.wait() => break status,
@@ -170,6 +173,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
     if let Err(e) = guard.unlock().await {
         tracing::warn!(error = %e, "release failed; the lease frees the lock after the TTL");
     }
+    client.close().await;
     let status = match status {
         Ok(s) => s,
         Err(e) => {

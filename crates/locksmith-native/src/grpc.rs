@@ -25,7 +25,15 @@ pub struct NativeBackend {
 #[derive(Debug)]
 struct GrpcConnector {
     url: String,
-    channel: Channel,
+    endpoint: Endpoint,
+    /// Created on first use: a channel needs a running tokio runtime, a URL does not.
+    channel: std::sync::OnceLock<Channel>,
+}
+
+impl GrpcConnector {
+    fn channel(&self) -> Channel {
+        self.channel.get_or_init(|| self.endpoint.connect_lazy()).clone()
+    }
 }
 
 impl NativeBackend {
@@ -46,8 +54,7 @@ impl NativeBackend {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_while_idle(true);
-        let channel = endpoint.connect_lazy();
-        Ok(Self { inner: Arc::new(GrpcConnector { url, channel }) })
+        Ok(Self { inner: Arc::new(GrpcConnector { url, endpoint, channel: std::sync::OnceLock::new() }) })
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> Error {
@@ -63,7 +70,7 @@ impl Connector for GrpcConnector {
 
     async fn connect(&self) -> Result<Transport> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut client = LocksmithClient::new(self.channel.clone());
+        let mut client = LocksmithClient::new(self.channel());
         let response = tokio::time::timeout(CONNECT_TIMEOUT, client.session(UnboundedReceiverStream::new(rx)))
             .await
             .map_err(|_| Error::Unavailable { backend: self.url.clone(), message: "no answer".into() })?
@@ -100,7 +107,7 @@ impl Backend for NativeBackend {
     }
 
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
-        let mut client = LocksmithClient::new(self.inner.channel.clone());
+        let mut client = LocksmithClient::new(self.inner.channel());
         let req = StatusRequest { name: name.map(|n| n.as_str().to_string()).unwrap_or_default() };
         let resp = tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(req))
             .await

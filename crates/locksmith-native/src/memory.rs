@@ -25,8 +25,31 @@ pub struct MemoryBackend {
 
 #[derive(Debug)]
 struct MemoryConnector {
-    name: String,
-    service: Service,
+    /// `None` for an isolated space.
+    name: Option<String>,
+    /// Started on first use, inside the caller's runtime.
+    service: std::sync::OnceLock<Service>,
+}
+
+impl MemoryConnector {
+    fn service(&self) -> Service {
+        self.service
+            .get_or_init(|| match &self.name {
+                Some(name) => {
+                    let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
+                    match reg.get(name) {
+                        Some(s) if s.is_running() => s.clone(),
+                        _ => {
+                            let s = Service::start_in_memory(Limits::default());
+                            reg.insert(name.clone(), s.clone());
+                            s
+                        }
+                    }
+                }
+                None => Service::start_in_memory(Limits::default()),
+            })
+            .clone()
+    }
 }
 
 fn registry() -> &'static Mutex<HashMap<String, Service>> {
@@ -36,39 +59,28 @@ fn registry() -> &'static Mutex<HashMap<String, Service>> {
 
 impl MemoryBackend {
     /// The in-process lock space called `name` (`""` for plain `memory://`), created on first
-    /// use. Must be called inside a tokio runtime; a space whose runtime has ended is recreated
-    /// empty.
+    /// use inside a tokio runtime. A space whose runtime has ended is recreated empty.
     pub fn named(name: &str) -> Self {
-        let mut reg = registry().lock().unwrap_or_else(|p| p.into_inner());
-        let service = match reg.get(name) {
-            Some(s) if s.is_running() => s.clone(),
-            _ => {
-                let s = Service::start_in_memory(Limits::default());
-                reg.insert(name.to_string(), s.clone());
-                s
-            }
-        };
-        Self { inner: Arc::new(MemoryConnector { name: name.to_string(), service }) }
+        Self { inner: Arc::new(MemoryConnector { name: Some(name.to_string()), service: Default::default() }) }
     }
 
     /// A private lock space nobody else can reach.
     pub fn isolated() -> Self {
-        let service = Service::start_in_memory(Limits::default());
-        Self { inner: Arc::new(MemoryConnector { name: "(isolated)".into(), service }) }
+        Self { inner: Arc::new(MemoryConnector { name: None, service: Default::default() }) }
     }
 }
 
 #[async_trait]
 impl Connector for MemoryConnector {
     fn describe(&self) -> String {
-        format!("memory://{}", self.name)
+        format!("memory://{}", self.name.as_deref().unwrap_or("(isolated)"))
     }
 
     async fn connect(&self) -> Result<Transport> {
         let (to_server, from_client) = tokio::sync::mpsc::unbounded_channel();
         let (to_client, from_server) = tokio::sync::mpsc::unbounded_channel();
         let inbound = UnboundedReceiverStream::new(from_client).map(Ok::<_, Infallible>);
-        tokio::spawn(locksmith_server::serve_stream(self.service.clone(), inbound, to_client));
+        tokio::spawn(locksmith_server::serve_stream(self.service(), inbound, to_client));
         Ok(Transport { tx: to_server, rx: UnboundedReceiverStream::new(from_server).map(Ok).boxed() })
     }
 }
@@ -85,7 +97,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
-        let views = self.inner.service.status(name.map(|n| n.as_str().to_string())).await?;
+        let views = self.inner.service().status(name.map(|n| n.as_str().to_string())).await?;
         Ok(views.into_iter().map(crate::convert::from_view).collect())
     }
 }

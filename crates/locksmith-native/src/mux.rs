@@ -48,6 +48,8 @@ struct State {
 }
 
 struct Shared {
+    /// Set when the stream task has ended (the server has closed our stream after `Close`).
+    done: tokio::sync::watch::Sender<bool>,
     session: u64,
     ttl: Duration,
     next_id: AtomicU64,
@@ -94,6 +96,7 @@ impl StreamSession {
         let mut transport = connector.connect().await?;
         let session = handshake(&mut transport, &connector, ttl, 0).await?;
         let shared = Arc::new(Shared {
+            done: tokio::sync::watch::channel(false).0,
             session,
             ttl,
             next_id: AtomicU64::new(2),
@@ -180,11 +183,16 @@ fn server_error(e: &locksmith_proto::Error) -> Error {
 }
 
 /// Reads answers and pushed grants; on a broken stream, resumes the session on a new one.
-async fn drive(shared: Arc<Shared>, mut t: Transport) {
+async fn drive(shared: Arc<Shared>, t: Transport) {
+    drive_inner(&shared, t).await;
+    shared.done.send_replace(true);
+}
+
+async fn drive_inner(shared: &Arc<Shared>, mut t: Transport) {
     loop {
         while let Some(item) = t.rx.next().await {
             match item {
-                Ok(m) => dispatch(&shared, m),
+                Ok(m) => dispatch(shared, m),
                 Err(e) => {
                     tracing::debug!(session = shared.session, error = %e, "session stream error");
                     break;
@@ -209,7 +217,7 @@ async fn drive(shared: Arc<Shared>, mut t: Transport) {
                 }
             }
         }
-        match reconnect(&shared).await {
+        match reconnect(shared).await {
             Some(next) => t = next,
             None => return,
         }
@@ -369,13 +377,19 @@ impl Session for StreamSession {
     }
 
     async fn close(&self) -> Result<()> {
-        let id = self.shared.id();
-        let mut st = self.shared.state();
-        st.closed = true;
-        if let Some(tx) = st.tx.take() {
-            let _ = tx.send(ClientMessage { id, body: Some(In::Close(locksmith_proto::Close {})) });
+        {
+            let id = self.shared.id();
+            let mut st = self.shared.state();
+            st.closed = true;
+            if let Some(tx) = st.tx.take() {
+                let _ = tx.send(ClientMessage { id, body: Some(In::Close(locksmith_proto::Close {})) });
+            }
+            fail_all(&mut st, || Error::SessionExpired);
         }
-        fail_all(&mut st, || Error::SessionExpired);
+        // The server ends our stream once it has handled `Close`; wait for that, so a process
+        // that exits right after closing leaves nothing behind (callers bound this wait).
+        let mut done = self.shared.done.subscribe();
+        let _ = done.wait_for(|d| *d).await;
         Ok(())
     }
 }

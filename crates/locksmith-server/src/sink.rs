@@ -4,10 +4,11 @@
 //! groups: while one `fdatasync` runs, new batches queue up, and the next write covers them all
 //! with one sync. A batch's messages go out only after its records are on disk when any of them
 //! needs it (a grant), so a token a client has seen is never issued again after a crash.
+//! A batch that needs no sync, submitted while no earlier batch's messages are still waiting in
+//! the writer, is delivered at once and only its records go to the writer: the answer to a
+//! release or a keep-alive does not wait for a thread hop.
 
-use std::fs::File;
-use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use locksmith_core::Error;
@@ -16,7 +17,7 @@ use tokio::sync::mpsc;
 
 use crate::machine::Record;
 use crate::service::Outbox;
-use crate::wal::{encode_into, DataDir};
+use crate::wal::{encode_into, DataDir, LogFile};
 
 /// Log size after which the service writes a snapshot and starts a new log.
 const COMPACT_AT: u64 = 64 * 1024 * 1024;
@@ -34,17 +35,20 @@ pub(crate) enum Sink {
         thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
         failed: Arc<AtomicBool>,
         compact: Arc<AtomicBool>,
+        /// Batches whose messages the writer has not delivered yet.
+        in_flight: Arc<AtomicUsize>,
     },
 }
 
 impl Sink {
-    pub(crate) fn durable(dir: DataDir, file: File) -> Self {
+    pub(crate) fn durable(dir: DataDir, file: LogFile) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let failed = Arc::new(AtomicBool::new(false));
         let compact = Arc::new(AtomicBool::new(false));
-        let (f, c) = (failed.clone(), compact.clone());
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let (f, c, n) = (failed.clone(), compact.clone(), in_flight.clone());
         let thread = std::thread::Builder::new().name("locksmith-wal".into()).spawn(move || {
-            let r = write_loop(dir, file, rx, &c);
+            let r = write_loop(dir, file, rx, &c, &n);
             if let Err(e) = &r {
                 tracing::error!(error = %e, "write-ahead log failed; no further grants will be acknowledged");
                 f.store(true, Ordering::SeqCst);
@@ -52,11 +56,11 @@ impl Sink {
             r
         });
         match thread {
-            Ok(t) => Sink::Durable { tx: Some(tx), thread: Some(t), failed, compact },
+            Ok(t) => Sink::Durable { tx: Some(tx), thread: Some(t), failed, compact, in_flight },
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the log writer thread");
                 failed.store(true, Ordering::SeqCst);
-                Sink::Durable { tx: None, thread: None, failed, compact }
+                Sink::Durable { tx: None, thread: None, failed, compact, in_flight }
             }
         }
     }
@@ -69,7 +73,21 @@ impl Sink {
                 }
                 Ok(())
             }
-            Sink::Durable { tx, failed, .. } => {
+            Sink::Durable { tx, failed, in_flight, .. } => {
+                let mut msgs = msgs;
+                // Only this task increments, so a zero here means every earlier message is out.
+                if !msgs.is_empty() && in_flight.load(Ordering::Acquire) == 0 && !records.iter().any(Record::needs_sync)
+                {
+                    for (out, m) in msgs.drain(..) {
+                        let _ = out.send(m);
+                    }
+                }
+                if records.is_empty() && msgs.is_empty() {
+                    return Ok(());
+                }
+                if !msgs.is_empty() {
+                    in_flight.fetch_add(1, Ordering::AcqRel);
+                }
                 let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs)).is_ok());
                 if !sent || failed.load(Ordering::SeqCst) {
                     return Err(Error::Io(std::io::Error::other("write-ahead log writer has stopped")));
@@ -107,11 +125,11 @@ impl Sink {
 
 fn write_loop(
     dir: DataDir,
-    mut file: File,
+    mut file: LogFile,
     mut rx: mpsc::UnboundedReceiver<Job>,
     compact: &AtomicBool,
+    in_flight: &AtomicUsize,
 ) -> Result<(), Error> {
-    let mut size: u64 = 0;
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut jobs = Vec::new();
     while let Some(first) = rx.blocking_recv() {
@@ -121,6 +139,7 @@ fn write_loop(
         }
         let mut sync = false;
         let mut out = Vec::new();
+        let mut delivered = 0;
         for job in jobs.drain(..) {
             match job {
                 Job::Batch(records, msgs) => {
@@ -128,33 +147,35 @@ fn write_loop(
                         sync |= r.needs_sync();
                         encode_into(r, &mut buf);
                     }
-                    out.extend(msgs);
+                    if !msgs.is_empty() {
+                        delivered += 1;
+                        out.extend(msgs);
+                    }
                 }
                 Job::Compact(snapshot) => {
                     // Everything before the snapshot point must reach the old log first.
-                    file.write_all(&buf)?;
+                    file.append(&buf)?;
                     buf.clear();
                     file = dir.rewrite(&snapshot)?;
-                    size = 0;
                     sync = false;
                 }
             }
         }
         if !buf.is_empty() {
-            file.write_all(&buf)?;
-            size += buf.len() as u64;
+            file.append(&buf)?;
             buf.clear();
         }
-        if sync && std::env::var_os("LOCKSMITH_EXPERIMENT_NOSYNC").is_none() {
-            file.sync_data()?;
+        if sync {
+            file.sync()?;
         }
         for (o, m) in out {
             let _ = o.send(m);
         }
-        if size > COMPACT_AT {
+        in_flight.fetch_sub(delivered, Ordering::AcqRel);
+        if file.len() > COMPACT_AT {
             compact.store(true, Ordering::Relaxed);
         }
     }
-    file.sync_data()?;
+    file.sync()?;
     Ok(())
 }

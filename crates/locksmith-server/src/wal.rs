@@ -2,15 +2,19 @@
 //!
 //! Layout: `<dir>/LOCK` (held with an exclusive file lock while a server runs) and `<dir>/wal`:
 //! a 16-byte magic header, then frames of `len: u32 LE | crc32(payload): u32 LE | payload`,
-//! where payload is a protobuf `WalRecord`. A frame cut short at the very end of the file (a
-//! crash mid-write) is dropped; anything else that does not check out is reported as
-//! [`Error::Corrupt`] and the directory is left exactly as it was.
+//! where payload is a protobuf `WalRecord`, then zeros: the file is preallocated in chunks,
+//! because `fdatasync` after an append that grows the file also writes the inode (measured here:
+//! ~130 µs growing vs ~70 µs inside preallocated space). An all-zero frame header ends the log.
+//! A frame that does not check out is a torn write from a crash only if nothing but zeros
+//! follows it; then it is dropped. Anything else is reported as [`Error::Corrupt`] and the
+//! directory is left exactly as it was.
 //!
-//! redb was measured at ~0.7 ms per durable commit here; a plain append + `fdatasync` costs
-//! ~60 µs and lets one sync cover every grant that arrived meanwhile (group commit).
+//! redb was measured at ~0.7 ms per durable commit here; a plain write + `fdatasync` lets one
+//! sync cover every grant that arrived meanwhile (group commit).
 
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -23,6 +27,53 @@ use crate::machine::Record;
 const MAGIC: &[u8; 16] = b"LOCKSMITH-WAL-1\n";
 /// Largest frame accepted: a record holds at most a name, an owner and a few numbers.
 const MAX_FRAME: usize = 64 * 1024;
+/// Preallocation step of the log file.
+const CHUNK: u64 = 16 * 1024 * 1024;
+
+/// The open log: appends go at `end`, inside space allocated up to `allocated`.
+#[derive(Debug)]
+pub(crate) struct LogFile {
+    file: File,
+    end: u64,
+    allocated: u64,
+}
+
+impl LogFile {
+    /// Writes `buf` at the end of the log (not yet durable).
+    pub(crate) fn append(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        let len = buf.len() as u64;
+        if self.end + len > self.allocated {
+            let grow = CHUNK.max(len);
+            allocate(&self.file, self.allocated, grow)?;
+            self.file.sync_all()?;
+            self.allocated += grow;
+        }
+        self.file.write_all_at(buf, self.end)?;
+        self.end += len;
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable.
+    pub(crate) fn sync(&self) -> std::io::Result<()> {
+        self.file.sync_data()
+    }
+
+    /// Bytes of log written.
+    pub(crate) fn len(&self) -> u64 {
+        self.end
+    }
+}
+
+fn allocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    let off = i64::try_from(offset).map_err(std::io::Error::other)?;
+    let len = i64::try_from(len).map_err(std::io::Error::other)?;
+    match nix::fcntl::posix_fallocate(file, off, len) {
+        Ok(()) => Ok(()),
+        // Filesystems without fallocate: a plain size change still works (just slower syncs).
+        Err(nix::errno::Errno::EOPNOTSUPP) | Err(nix::errno::Errno::EINVAL) => file.set_len((off + len) as u64),
+        Err(e) => Err(std::io::Error::from(e)),
+    }
+}
 
 /// An open, locked data directory.
 #[derive(Debug)]
@@ -59,22 +110,27 @@ impl DataDir {
     }
 
     /// Atomically replaces the log with `records` (durable before returning) and returns the
-    /// new log opened for appending.
+    /// new log, preallocated, ready for appending.
     ///
     /// # Errors
     /// I/O failures; the old log is then still in place.
-    pub(crate) fn rewrite(&self, records: &[Record]) -> Result<File, Error> {
+    pub(crate) fn rewrite(&self, records: &[Record]) -> Result<LogFile, Error> {
         let tmp = self.path.join("wal.tmp");
-        let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&tmp)?;
+        let f = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(&tmp)?;
         let mut buf = MAGIC.to_vec();
         for r in records {
             encode_into(r, &mut buf);
         }
-        f.write_all(&buf)?;
+        let end = buf.len() as u64;
+        let allocated = end + CHUNK;
+        allocate(&f, 0, allocated)?;
+        f.write_all_at(&buf, 0)?;
         f.sync_all()?;
+        drop(f);
         std::fs::rename(&tmp, self.path.join("wal"))?;
         File::open(&self.path)?.sync_all()?;
-        Ok(OpenOptions::new().append(true).open(self.path.join("wal"))?)
+        let file = OpenOptions::new().read(true).write(true).open(self.path.join("wal"))?;
+        Ok(LogFile { file, end, allocated })
     }
 }
 
@@ -99,35 +155,42 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
     }
     let mut records = Vec::new();
     let mut at = MAGIC.len();
+    let zeros_from = |from: usize| bytes.get(from..).is_none_or(|rest| rest.iter().all(|b| *b == 0));
     while at < bytes.len() {
         let rest = &bytes[at..];
         if rest.len() < 8 {
+            if zeros_from(at) {
+                break;
+            }
             tracing::warn!(offset = at, "wal: dropping a frame header cut short by a crash");
             break;
         }
         let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        if len == 0 && crc == 0 {
+            // Preallocated space: the log ends here, and only zeros may follow.
+            if zeros_from(at) {
+                break;
+            }
+            return Err(Error::Corrupt(format!("wal: data after an empty frame at offset {at}")));
+        }
         if len > MAX_FRAME {
             return Err(Error::Corrupt(format!("wal: frame at offset {at} claims {len} bytes")));
         }
-        if rest.len() < 8 + len {
-            tracing::warn!(offset = at, "wal: dropping a frame cut short by a crash");
-            break;
-        }
-        let payload = &rest[8..8 + len];
-        let last = rest.len() == 8 + len;
-        if crc32fast::hash(payload) != crc {
-            if last {
+        let end = at + 8 + len;
+        let intact = rest.len() >= 8 + len && crc32fast::hash(&rest[8..8 + len]) == crc;
+        if !intact {
+            if zeros_from(end) {
                 tracing::warn!(offset = at, "wal: dropping a torn last frame");
                 break;
             }
             return Err(Error::Corrupt(format!("wal: checksum mismatch at offset {at}")));
         }
-        let msg = WalRecord::decode(payload)
+        let msg = WalRecord::decode(&rest[8..8 + len])
             .map_err(|e| Error::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
         let record = from_proto(msg).ok_or_else(|| Error::Corrupt(format!("wal: empty record at offset {at}")))?;
         records.push(record);
-        at += 8 + len;
+        at = end;
     }
     Ok(records)
 }
@@ -212,6 +275,29 @@ mod tests {
             let got = decode_log(&bytes[..bytes.len() - cut]).ok();
             assert_eq!(got.as_deref(), Some(&sample()[..sample().len() - 1]), "cut {cut}");
         }
+    }
+
+    #[test]
+    fn preallocated_zeros_end_the_log_and_a_torn_frame_before_them_is_dropped() {
+        let mut bytes = log(&sample());
+        bytes.extend(std::iter::repeat_n(0u8, 4096));
+        assert_eq!(decode_log(&bytes).ok(), Some(sample()));
+        let full = log(&sample()).len();
+        let last_frame = full - log(&sample()[..sample().len() - 1]).len();
+        // The last frame's payload only partly reached the disk: zeros where the rest should be.
+        bytes[full - 1] = 0;
+        bytes[full - 2] = 0;
+        assert!(last_frame > 8);
+        assert_eq!(decode_log(&bytes).ok().as_deref(), Some(&sample()[..sample().len() - 1]));
+    }
+
+    #[test]
+    fn records_after_a_zeroed_frame_are_not_silently_dropped() {
+        let mut bytes = log(&sample());
+        let mid = MAGIC.len();
+        let first = log(&sample()[..1]).len() - MAGIC.len();
+        bytes[mid..mid + first].fill(0);
+        assert!(matches!(decode_log(&bytes), Err(Error::Corrupt(_))));
     }
 
     #[test]

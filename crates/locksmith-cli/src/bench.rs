@@ -379,6 +379,9 @@ fn report_failure(url: &str, workload: &str, failure: Failure) -> ExitCode {
 
 /// Runs the benchmark and prints a table (or `--json`). Exit codes: 0 done; 2 bad arguments;
 /// 69 a backend unreachable; 1 (or the library error's code) for any other backend error.
+///
+/// # Cancel safety
+/// Dropping it abandons the workloads; their sessions expire on the server after the TTL.
 pub async fn bench(args: BenchArgs) -> ExitCode {
     // Refuse a bad URL or TTL before anything runs (no I/O happens here).
     for url in &args.backends {

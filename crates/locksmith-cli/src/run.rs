@@ -75,6 +75,9 @@ fn unix_ms(t: std::time::SystemTime) -> u128 {
 
 /// Acquires, runs, releases. Exit codes: CMD's own; 75 not acquired; 76 lost; 2 bad arguments;
 /// 69 backend unreachable; 128+N when stopped by signal N while waiting.
+///
+/// # Cancel safety
+/// Not meant to be cancelled: dropping it mid-run leaves the command running unsupervised; the lock is freed by the lease.
 pub async fn run(args: RunArgs) -> ExitCode {
     let mut signals = match Signals::install() {
         Ok(s) => s,

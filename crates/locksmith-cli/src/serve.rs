@@ -20,6 +20,9 @@ pub struct ServeArgs {
 }
 
 /// Runs the server until SIGINT or SIGTERM.
+///
+/// # Cancel safety
+/// Dropping it stops the server like a signal would, without the drain.
 pub async fn serve(args: ServeArgs) -> ExitCode {
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,

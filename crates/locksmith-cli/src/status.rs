@@ -21,6 +21,9 @@ pub struct StatusArgs {
 }
 
 /// Prints the status.
+///
+/// # Cancel safety
+/// Cancel safe: read only.
 pub async fn status(args: StatusArgs) -> ExitCode {
     let client = match locksmith::connect(&args.backend).await {
         Ok(c) => c,

@@ -12,6 +12,10 @@ use tokio::sync::oneshot;
 use crate::service::{error_msg, Command, Outbox, Service};
 
 /// Serves one session stream until it ends.
+///
+/// # Cancel safety
+/// Cancel safe: dropping it is like the stream breaking; the session lives on until its lease
+/// runs out or the client resumes it.
 pub async fn serve_stream<S, E>(service: Service, mut inbound: S, out: Outbox)
 where
     S: Stream<Item = Result<ClientMessage, E>> + Unpin,

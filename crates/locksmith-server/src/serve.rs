@@ -35,6 +35,10 @@ impl ServeOptions {
 /// Restores the data directory, serves gRPC on `listener` until `shutdown` resolves, then
 /// stops: every acknowledged grant is already durable, and the log is synced once more.
 ///
+/// # Cancel safety
+/// Dropping the future stops serving at once; acknowledged grants are durable already, and
+/// records not yet synced are lazy ones (releases, session ends) that the next start tolerates.
+///
 /// # Errors
 /// A corrupt or locked data directory (nothing is changed), or a failing disk.
 pub async fn serve(

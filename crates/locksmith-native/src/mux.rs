@@ -107,7 +107,10 @@ impl StreamSession {
         Ok(Self { shared, task })
     }
 
-    async fn call(&self, body: In, resend: bool) -> Result<Out> {
+    /// Sends `body` and waits for its answer. `resend`: re-sent as is after a resume (the server
+    /// treats acquire, release and cancel idempotently). `acquire`: `(name, owner)` of an
+    /// acquisition, withdrawn (and a grant that still arrives released) if this future is dropped.
+    async fn call(&self, body: In, resend: bool, acquire: Option<(String, String)>) -> Result<Out> {
         let id = self.shared.id();
         let (tx, rx) = oneshot::channel();
         let msg = ClientMessage { id, body: Some(body) };
@@ -125,10 +128,10 @@ impl StreamSession {
             }
             st.pending.insert(id, Pending { reply: tx, resend: resend.then_some(msg) });
         }
-        let mut call = CallGuard { shared: &self.shared, id, done: false, acquire: None };
-        let out = rx.await.map_err(|_| self.shared.unavailable("session stream closed"))?;
+        let mut call = CallGuard { shared: &self.shared, id, done: false, acquire };
+        let out = rx.await;
         call.done = true;
-        out
+        out.map_err(|_| self.shared.unavailable("session stream closed"))?
     }
 }
 
@@ -328,7 +331,7 @@ impl Session for StreamSession {
     }
 
     async fn keep_alive(&self) -> Result<KeepAlive> {
-        match self.call(In::KeepAlive(locksmith_proto::KeepAlive {}), false).await? {
+        match self.call(In::KeepAlive(locksmith_proto::KeepAlive {}), false, None).await? {
             Out::KeepAlive(_) => Ok(KeepAlive::default()),
             other => Err(Error::Protocol(format!("unexpected answer to keep-alive: {other:?}"))),
         }
@@ -343,24 +346,7 @@ impl Session for StreamSession {
             wait: req.wait,
             lock_delay_ms,
         });
-        // Like `call`, but the guard withdraws the acquisition if this future is dropped.
-        let id = self.shared.id();
-        let (tx, rx) = oneshot::channel();
-        let msg = ClientMessage { id, body: Some(body) };
-        {
-            let mut st = self.shared.state();
-            if st.expired || st.closed {
-                return Err(Error::SessionExpired);
-            }
-            if let Some(t) = &st.tx {
-                let _ = t.send(msg.clone());
-            }
-            st.pending.insert(id, Pending { reply: tx, resend: Some(msg) });
-        }
-        let mut call = CallGuard { shared: &self.shared, id, done: false, acquire: Some(key) };
-        let out = rx.await.map_err(|_| self.shared.unavailable("session stream closed"));
-        call.done = true;
-        match out?? {
+        match self.call(body, true, Some(key)).await? {
             Out::Granted(g) => Ok(Acquired::Granted { token: g.token }),
             Out::Busy(_) => Ok(Acquired::Busy),
             other => Err(Error::Protocol(format!("unexpected answer to acquire: {other:?}"))),
@@ -370,7 +356,7 @@ impl Session for StreamSession {
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
         let body =
             In::Release(locksmith_proto::Release { name: name.as_str().to_string(), owner: owner.to_string(), token });
-        match self.call(body, true).await? {
+        match self.call(body, true, None).await? {
             Out::Released(r) => Ok(r.was_held),
             other => Err(Error::Protocol(format!("unexpected answer to release: {other:?}"))),
         }

@@ -49,7 +49,15 @@ pub async fn serve(
     let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), "locksmith server listening");
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // With our own listener tonic's `tcp_nodelay` does not apply: set it on every accepted
+    // stream, or Nagle holds small answers back until the peer's delayed ACK (~40 ms).
+    let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+        s.inspect(|s| {
+            if let Err(e) = s.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        })
+    });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let router = tonic::transport::Server::builder()
         .tcp_nodelay(true)

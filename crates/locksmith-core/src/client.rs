@@ -41,6 +41,21 @@ pub(crate) struct Inner {
     slots: Arc<Mutex<HashMap<SlotKey, Arc<Slot>>>>,
 }
 
+struct SlotCleanup<'a> {
+    client: &'a Client,
+    key: SlotKey,
+    slot: Arc<Slot>,
+    armed: bool,
+}
+
+impl Drop for SlotCleanup<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.client.forget_slot(&self.key, &self.slot);
+        }
+    }
+}
+
 /// A handle to one backend with one session (lease), cheap to clone.
 ///
 /// Every guard taken through a client is kept alive by the client's session keeper (about every
@@ -270,13 +285,13 @@ impl Client {
     }
 
     /// Drops the slot from the map once nobody else references it and it holds nothing.
-    pub(crate) fn forget_slot(&self, key: &SlotKey, slot: Arc<Slot>) {
+    pub(crate) fn forget_slot(&self, key: &SlotKey, slot: &Arc<Slot>) {
         let mut map = match self.inner.slots.lock() {
             Ok(m) => m,
             Err(poisoned) => poisoned.into_inner(),
         };
         // Every clone is taken under this mutex, so the count cannot grow while we look.
-        if Arc::strong_count(&slot) == 2 && matches!(slot.hold.try_lock().as_deref(), Ok(None)) {
+        if Arc::strong_count(slot) == 2 && matches!(slot.hold.try_lock().as_deref(), Ok(None)) {
             map.remove(key);
         }
     }
@@ -288,11 +303,12 @@ impl Client {
             None => format!("{}-{}", self.inner.client_id, self.inner.next_owner.fetch_add(1, Ordering::Relaxed)),
         };
         let key = (name.clone(), owner.clone());
+        // Forgets the slot unless a guard now owns it, also when this future is dropped
+        // (a timeout or a cancelled `lock()`), so abandoned attempts leave no entry behind.
         let slot = self.slot(&key);
-        let result = self.acquire_in_slot(&slot, name, owner, opts.lock_delay, wait, reentrant).await;
-        if !matches!(result, Ok(Some(_))) {
-            self.forget_slot(&key, slot);
-        }
+        let mut cleanup = SlotCleanup { client: self, key, slot, armed: true };
+        let result = self.acquire_in_slot(&cleanup.slot, name, owner, opts.lock_delay, wait, reentrant).await;
+        cleanup.armed = !matches!(result, Ok(Some(_)));
         result
     }
 
@@ -371,7 +387,7 @@ impl Client {
                 _ => Ok(false),
             }
         };
-        self.forget_slot(&(name.clone(), owner.to_string()), slot);
+        self.forget_slot(&(name.clone(), owner.to_string()), &slot);
         result
     }
 }

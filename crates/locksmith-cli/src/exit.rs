@@ -25,7 +25,9 @@ pub fn report(context: &str, err: &locksmith::Error) -> ExitCode {
 pub fn code_for(err: &locksmith::Error) -> u8 {
     use locksmith::Error as E;
     match err {
-        E::InvalidName(_) | E::InvalidTtl { .. } | E::InvalidArgument(_) | E::InvalidUrl { .. } => USAGE,
+        E::InvalidName(_) | E::InvalidTtl { .. } | E::InvalidArgument(_) | E::InvalidUrl { .. } | E::Unfenced(_) => {
+            USAGE
+        }
         E::Unavailable { .. } => UNAVAILABLE,
         E::Timeout => NOT_ACQUIRED,
         E::Corrupt(_) => DATA,

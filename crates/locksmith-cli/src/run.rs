@@ -28,6 +28,10 @@ pub struct RunArgs {
     /// Do not wait: if the lock is held, exit 75 at once.
     #[arg(long)]
     pub no_wait: bool,
+    /// Lock even on a backend that cannot give a safe fencing token (Redlock); CMD then gets no
+    /// LOCKSMITH_TOKEN.
+    #[arg(long)]
+    pub unfenced: bool,
     /// After the lock is lost: time between SIGTERM and SIGKILL to CMD.
     #[arg(long, default_value = "5s", value_parser = crate::duration_arg)]
     pub kill_grace: Duration,
@@ -91,10 +95,13 @@ pub async fn run(args: RunArgs) -> ExitCode {
         Err(e) => return exit::report("run", &e),
     };
     let acquire = async {
+        let mut opts = locksmith::LockOptions::new();
+        if args.unfenced {
+            opts = opts.allow_unfenced();
+        }
         if args.no_wait {
-            client.try_lock(&args.name).await
+            client.try_lock_with(&args.name, opts).await
         } else {
-            let mut opts = locksmith::LockOptions::new();
             if let Some(t) = args.timeout {
                 opts = opts.timeout(t);
             }
@@ -127,12 +134,12 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     tracing::info!(lock = %args.name, token = guard.token(), "acquired");
 
-    let mut child = match Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .env("LOCKSMITH_LOCK", &args.name)
-        .env("LOCKSMITH_TOKEN", guard.token().to_string())
-        .spawn()
-    {
+    let mut command = Command::new(&args.command[0]);
+    command.args(&args.command[1..]).env("LOCKSMITH_LOCK", &args.name).env_remove("LOCKSMITH_TOKEN");
+    if let Some(token) = guard.fencing_token() {
+        command.env("LOCKSMITH_TOKEN", token.to_string());
+    }
+    let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
             eprintln!("locksmith run: cannot start {:?}: {e}", args.command[0]);

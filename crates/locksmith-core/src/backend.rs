@@ -13,6 +13,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// The URL (without credentials) for messages and logs.
     fn describe(&self) -> String;
 
+    /// Whether grants carry safe fencing tokens (DESIGN.md §2.4). Backends that cannot give one
+    /// (Redlock) return `false`; the engine then refuses to lock unless the caller opted in with
+    /// [`LockOptions::allow_unfenced`](crate::LockOptions::allow_unfenced), and guards report
+    /// [`Guard::fencing_token`](crate::Guard::fencing_token) as `None`.
+    fn provides_fencing(&self) -> bool {
+        true
+    }
+
     /// Opens a session: a lease of `ttl` that the engine keeps alive.
     ///
     /// # Cancel safety
@@ -52,7 +60,8 @@ impl AcquireRequest {
 pub enum Acquired {
     /// The lock is ours, with this fencing token.
     Granted {
-        /// Fencing token: greater than every token issued before for this lock.
+        /// Fencing token: greater than every token issued before for this lock (0 from a
+        /// backend whose [`Backend::provides_fencing`] is false).
         token: u64,
     },
     /// Somebody else holds it (only for `wait == false`).

@@ -297,6 +297,9 @@ impl Client {
     }
 
     async fn acquire(&self, name: LockName, opts: LockOptions, wait: bool) -> Result<Option<Guard>> {
+        if !opts.allow_unfenced && !self.inner.backend.provides_fencing() {
+            return Err(Error::Unfenced(self.inner.backend.describe()));
+        }
         let reentrant = opts.owner.is_some();
         let owner = match opts.owner {
             Some(o) => o,

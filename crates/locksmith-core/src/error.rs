@@ -38,6 +38,10 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// The backend cannot give a safe fencing token (Redlock) and the caller did not opt in to
+    /// locking without one.
+    #[error("{0} cannot give a safe fencing token; opt in with LockOptions::allow_unfenced (`locksmith run --unfenced`) to lock without one")]
+    Unfenced(String),
     /// `lock()` gave up waiting; nothing is left behind on the server.
     #[error("timed out waiting for the lock")]
     Timeout,

@@ -69,9 +69,16 @@ impl Guard {
     }
 
     /// The fencing token: strictly greater than every token issued before for this lock on this
-    /// backend. Reentrant guards of one owner share one token.
+    /// backend. Reentrant guards of one owner share one token. On a backend without fencing
+    /// tokens (only reachable with [`LockOptions::allow_unfenced`](crate::LockOptions::allow_unfenced))
+    /// this is 0; generic code should use [`Guard::fencing_token`].
     pub fn token(&self) -> u64 {
         self.token
+    }
+
+    /// The fencing token, or `None` on a backend that cannot give a safe one (Redlock).
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.client.backend().provides_fencing().then_some(self.token)
     }
 
     /// The owner id this hold was taken as.

@@ -80,6 +80,7 @@ pub struct LockOptions {
     pub(crate) timeout: Option<Duration>,
     pub(crate) owner: Option<String>,
     pub(crate) lock_delay: Option<Duration>,
+    pub(crate) allow_unfenced: bool,
 }
 
 impl LockOptions {
@@ -107,6 +108,14 @@ impl LockOptions {
     /// cannot do this ignore it.
     pub fn lock_delay(mut self, delay: Duration) -> Self {
         self.lock_delay = Some(delay);
+        self
+    }
+
+    /// Accept a hold without a safe fencing token on backends that cannot give one (Redlock).
+    /// Without this, such backends refuse with [`Error::Unfenced`], so nobody relies on a token
+    /// that only looks safe.
+    pub fn allow_unfenced(mut self) -> Self {
+        self.allow_unfenced = true;
         self
     }
 

@@ -2,16 +2,23 @@
 # Installs what building and testing locksmith needs on a fresh Debian machine with the Rust
 # toolchain. Idempotent; safe to re-run.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
+# Real servers the driver tests start (never started as services: the tests run them).
+packages=(redis-server)
 need_apt=()
-# Add Debian packages here as backends land, e.g. redis-server etcd-server zookeeper.
-packages=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
   apt-get update
   apt-get -o DPkg::Lock::Timeout=300 install -y --no-install-recommends "${need_apt[@]}"
+fi
+
+# Third-party lock clients for interoperability tests (PyPI), in a venv of the project's own.
+if [ ! -x .venv-interop/bin/python ] || ! .venv-interop/bin/python -c 'import redis' 2>/dev/null; then
+  python3 -m venv .venv-interop
+  .venv-interop/bin/pip install --quiet 'redis>=5,<9'
 fi
 
 for tool in cargo rustc; do

@@ -6,7 +6,9 @@
 mod native;
 mod port;
 mod process;
+mod redis;
 
 pub use native::NativeServer;
 pub use port::free_port;
 pub use process::ChildProcess;
+pub use redis::{interop_python, RedisServer, REDIS_SETUP};

@@ -19,6 +19,8 @@
 //! |---|---|---|
 //! | `locksmith://host:port` | the native lock server (`locksmith serve`) | `native` (default) |
 //! | `memory://[name]` | the native server's logic in this process, for tests | `memory` (default) |
+//! | `redis://[user:pass@]host:port[/db][?options]` | one Redis instance | `redis` |
+//! | `redlock://h1:p1,h2:p2,…[?options]` | Redlock over N independent Redis masters (no fencing tokens) | `redlock` |
 //!
 //! The contract every backend keeps (mutual exclusion within its fault model, no deadlock,
 //! owner-checked release, fencing tokens, a loss signal before anyone else can be granted,
@@ -54,9 +56,13 @@ pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
         "locksmith" => Ok(Arc::new(locksmith_native::NativeBackend::new(rest.trim_end_matches('/'))?)),
         #[cfg(feature = "memory")]
         "memory" => Ok(Arc::new(locksmith_native::MemoryBackend::named(rest))),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(Arc::new(locksmith_redis::RedisBackend::from_url(url)?)),
+        #[cfg(feature = "redlock")]
+        "redlock" => Ok(Arc::new(locksmith_redlock::RedlockBackend::from_url(url)?)),
         s if KNOWN_SCHEMES.contains(&s) => Err(bad(format!("the {scheme}:// backend is not built into this binary"))),
         other => Err(bad(format!(
-            "unknown scheme {other:?}; known: locksmith, memory (planned: redis, redlock, etcd, zk, postgres, mysql, sqlite)"
+            "unknown scheme {other:?}; known: locksmith, memory, redis, redlock (planned: etcd, zk, postgres, mysql, sqlite)"
         ))),
     }
 }

@@ -225,3 +225,25 @@ fn serve_stops_cleanly_on_sigterm_and_sigint() {
         assert_eq!(status.code(), Some(0), "{sig}");
     }
 }
+
+/// A paused server (SIGSTOP) never hangs its clients: the holder's `lost()` fires after the
+/// TTL, `try_lock` and `unlock` give up, and after SIGCONT the same client works again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_server_never_hangs_its_clients() {
+    let s = server();
+    let ttl = Duration::from_secs(1);
+    let holder = locksmith::connect_with_ttl(&s.url(), ttl).await.unwrap();
+    let other = locksmith::connect_with_ttl(&s.url(), ttl).await.unwrap();
+    other.session_id().await.unwrap();
+    let g = holder.lock("paused").await.unwrap();
+    s.process().unwrap().signal(Signal::SIGSTOP);
+    let bound = ttl + Duration::from_secs(2);
+    tokio::time::timeout(bound, g.lost()).await.expect("lost() did not fire while the server was paused");
+    let r = tokio::time::timeout(bound, other.try_lock("paused")).await.expect("try_lock hung on a paused server");
+    assert!(matches!(r, Err(locksmith::Error::Unavailable { .. }) | Err(locksmith::Error::SessionExpired)), "{r:?}");
+    let r = tokio::time::timeout(bound, g.unlock()).await.expect("unlock hung on a paused server");
+    assert!(!r.unwrap_or(false), "a hold lost during the pause is not reported as ours");
+    s.process().unwrap().signal(Signal::SIGCONT);
+    let g = holder.lock_with("paused", LockOptions::new().timeout(Duration::from_secs(5))).await.unwrap();
+    assert!(g.is_held());
+}

@@ -344,7 +344,10 @@ impl Client {
         let ctx = self.session().await?;
         let mut req = AcquireRequest::new(name.clone(), owner.clone(), wait);
         req.lock_delay = lock_delay;
-        let token = match ctx.session.acquire(req).await {
+        // A no-wait attempt must not hang on a server that stopped answering (e.g. paused).
+        let attempt = ctx.session.acquire(req);
+        let answer = if wait { attempt.await } else { self.bounded(ctx.ttl, attempt).await };
+        let token = match answer {
             Ok(Acquired::Granted { token }) => token,
             Ok(Acquired::Busy) => return Ok(None),
             Err(Error::SessionExpired) => {
@@ -355,12 +358,23 @@ impl Client {
         };
         if !ctx.is_alive() {
             // Granted on a session we already consider dead: give it back, report loss.
-            let _ = ctx.session.release(&name, &owner, token).await;
+            let _ = self.bounded(ctx.ttl, ctx.session.release(&name, &owner, token)).await;
             return Err(Error::SessionExpired);
         }
         let lost = Arc::new(watch::channel(false).0);
         *hold = Some(Hold { token, count: 1, lost: lost.clone(), ctx: ctx.clone() });
         Ok(Some(Guard::new(self.clone(), name, owner, token, lost, ctx, slot.clone())))
+    }
+
+    /// Runs a backend call that must not hang on an unresponsive server: after `limit` (the TTL,
+    /// after which the lease has freed anything of ours anyway) it is given up as unavailable.
+    async fn bounded<T>(&self, limit: Duration, call: impl Future<Output = Result<T>>) -> Result<T> {
+        tokio::time::timeout(limit, call).await.unwrap_or_else(|_| {
+            Err(Error::Unavailable {
+                backend: self.inner.backend.describe(),
+                message: format!("no answer within {limit:?}"),
+            })
+        })
     }
 
     /// Releases one count of the hold `(name, owner, token)`; frees it on the backend at zero.
@@ -378,10 +392,10 @@ impl Client {
                         h.lost.send_replace(true);
                         *hold = None;
                         if still_ours {
-                            ctx.session.release(name, owner, token).await
+                            self.bounded(ctx.ttl, ctx.session.release(name, owner, token)).await
                         } else {
                             // Lost already: tidy up if the backend still has it, report not ours.
-                            let _ = ctx.session.release(name, owner, token).await;
+                            let _ = self.bounded(ctx.ttl, ctx.session.release(name, owner, token)).await;
                             Ok(false)
                         }
                     }

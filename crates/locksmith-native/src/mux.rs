@@ -16,6 +16,9 @@ use locksmith_proto::server_message::Body as Out;
 use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
 use tokio::sync::{mpsc, oneshot};
 
+/// Longest wait for the server's answer to `open`.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// One stream: messages out, messages in.
 pub(crate) struct Transport {
     pub(crate) tx: mpsc::UnboundedSender<ClientMessage>,
@@ -167,7 +170,12 @@ async fn handshake(t: &mut Transport, connector: &Arc<dyn Connector>, ttl: Durat
     let open = In::Open(locksmith_proto::Open { ttl_ms, resume_session: resume });
     t.tx.send(ClientMessage { id: 1, body: Some(open) })
         .map_err(|_| Error::Unavailable { backend: connector.describe(), message: "stream closed".into() })?;
-    match t.rx.next().await {
+    // A server that accepted the stream but does not answer (paused, overloaded) must not hang
+    // the caller forever.
+    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, t.rx.next())
+        .await
+        .map_err(|_| Error::Unavailable { backend: connector.describe(), message: "no answer to open".into() })?;
+    match first {
         Some(Ok(ServerMessage { body: Some(Out::Opened(o)), .. })) => Ok(o.session),
         Some(Ok(ServerMessage { body: Some(Out::Error(e)), .. })) => Err(server_error(&e)),
         Some(Ok(other)) => Err(Error::Protocol(format!("expected opened, got {other:?}"))),

@@ -1,0 +1,93 @@
+//! Where a lock lives in Redis: key, fencing counter, wake-up channel and the holder's identity,
+//! for each of the two interoperable layouts.
+
+/// Which lock layout a backend uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// redis-py `Lock`: a string key holding a random token (`SET key token NX PX ttl`).
+    Plain,
+    /// Redisson `RLock`: a hash whose field `<uuid>:<owner>` holds a hold count.
+    Reentrant,
+}
+
+/// Key naming for one backend.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub(crate) mode: Mode,
+    pub(crate) prefix: String,
+}
+
+impl Layout {
+    /// The lock's key: prefix + name.
+    pub(crate) fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+
+    /// The fencing counter of `key`: never expires and is never deleted, so tokens only grow.
+    /// Reentrant mode uses Redisson's `RFencedLock` token key, so Java and Rust share one counter.
+    pub(crate) fn fence_key(&self, key: &str) -> String {
+        match self.mode {
+            Mode::Plain => format!("{key}:fence"),
+            Mode::Reentrant => redisson_prefix_name("redisson_lock_token", key),
+        }
+    }
+
+    /// The channel a release of `key` is published on. Reentrant mode uses Redisson's, so its
+    /// unlocks wake our waiters and ours wake its.
+    pub(crate) fn channel(&self, key: &str) -> String {
+        match self.mode {
+            Mode::Plain => format!("locksmith:released:{{{key}}}"),
+            Mode::Reentrant => redisson_prefix_name("redisson_lock__channel", key),
+        }
+    }
+
+    /// The holder's identity stored in Redis. Plain: a fresh random token per hold (like
+    /// redis-py's `uuid1().hex`). Reentrant: Redisson's `<client-uuid>:<thread-id>` with the
+    /// session id as the uuid and the engine's owner id as the thread id.
+    pub(crate) fn ident(&self, session_id: &str, owner: &str) -> String {
+        match self.mode {
+            Mode::Plain => format!("{:032x}", rand::random::<u128>()),
+            Mode::Reentrant => format!("{session_id}:{owner}"),
+        }
+    }
+}
+
+/// Redisson's `RedissonObject.prefixName`: a hash tag around the name unless it has one.
+fn redisson_prefix_name(prefix: &str, name: &str) -> String {
+    if name.contains('{') {
+        format!("{prefix}:{name}")
+    } else {
+        format!("{prefix}:{{{name}}}")
+    }
+}
+
+/// A random version-4 UUID in its text form, as Redisson uses for a client id.
+pub(crate) fn random_uuid() -> String {
+    let mut v = rand::random::<u128>();
+    v = (v & !(0xf << 76)) | (0x4 << 76); // version 4
+    v = (v & !(0x3 << 62)) | (0x2 << 62); // RFC 4122 variant
+    let h = format!("{v:032x}");
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Key names match redis-py (plain) and Redisson (reentrant).
+    #[test]
+    fn names_match_the_ecosystems() {
+        let plain = Layout { mode: Mode::Plain, prefix: "p:".into() };
+        assert_eq!(plain.key("job"), "p:job");
+        assert_eq!(plain.fence_key("p:job"), "p:job:fence");
+        assert_eq!(plain.ident("s", "o").len(), 32);
+        let re = Layout { mode: Mode::Reentrant, prefix: String::new() };
+        assert_eq!(re.channel("job"), "redisson_lock__channel:{job}");
+        assert_eq!(re.fence_key("job"), "redisson_lock_token:{job}");
+        assert_eq!(re.channel("{a}b"), "redisson_lock__channel:{a}b");
+        assert_eq!(re.ident("u", "o-1"), "u:o-1");
+        let u = random_uuid();
+        assert_eq!(u.len(), 36);
+        assert_eq!(&u[14..15], "4");
+    }
+}

@@ -1,0 +1,193 @@
+//! A session: Redis has no server-side session, so a session is an id (the Redisson client
+//! uuid) plus the holds it renews. Each key carries its own `PX` TTL; the engine's keep-alive
+//! renews every hold owner-checked.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
+
+use crate::backoff::Backoff;
+use crate::holds::{Entry, HoldKey, Holds};
+use crate::layout::random_uuid;
+use crate::pending::Pending;
+use crate::scripts::Attempt;
+use crate::shared::Shared;
+
+/// Consecutive connection failures a waiting acquisition tolerates before giving up.
+const MAX_WAIT_FAILURES: u32 = 3;
+
+/// One session on a Redis backend.
+pub(crate) struct RedisSession {
+    shared: Arc<Shared>,
+    id: String,
+    ttl_ms: u64,
+    holds: Arc<Holds>,
+    closed: AtomicBool,
+}
+
+impl RedisSession {
+    pub(crate) fn new(shared: Arc<Shared>, ttl: Duration) -> Self {
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        Self { shared, id: random_uuid(), ttl_ms, holds: Arc::default(), closed: AtomicBool::new(false) }
+    }
+
+    /// Creates the session entry for `key` (after any cleanup of an earlier attempt of the same
+    /// `(lock, owner)` has finished) and returns it guarded.
+    async fn begin(&self, hk: HoldKey) -> Result<Pending> {
+        loop {
+            let key = self.shared.layout.key(hk.0.as_str());
+            let ident = self.shared.layout.ident(&self.id, &hk.1);
+            let entry = Arc::new(Entry::new(hk.0.clone(), key, ident));
+            let op = entry
+                .op
+                .clone()
+                .try_lock_owned()
+                .map_err(|_| Error::Protocol("redis: a fresh hold entry was locked".into()))?;
+            match self.holds.insert_new(hk.clone(), entry.clone()) {
+                Ok(()) => {
+                    return Ok(Pending {
+                        shared: self.shared.clone(),
+                        holds: self.holds.clone(),
+                        key: hk,
+                        entry,
+                        op: Some(op),
+                        ttl_ms: self.ttl_ms,
+                        in_flight: false,
+                        armed: true,
+                    });
+                }
+                Err(existing) => {
+                    // Wait for a cleanup still running; a granted entry left behind (the engine
+                    // dropped a hold it considered dead) is freed before starting afresh.
+                    let _op = existing.op.clone().lock_owned().await;
+                    if self.holds.remove_if(&hk, &existing) && existing.token() != 0 {
+                        self.shared.release(&existing, self.ttl_ms).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    fn wrong_type(key: &str, ty: &str) -> Error {
+        Error::Backend(format!("redis: key {key:?} holds a {ty}, not a lock"))
+    }
+}
+
+#[async_trait]
+impl Session for RedisSession {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// Renews every hold of this session in one script; reports holds found gone or taken.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    async fn keep_alive(&self) -> Result<KeepAlive> {
+        let snapshot = self.holds.snapshot();
+        let mut out = KeepAlive::default();
+        if snapshot.is_empty() {
+            self.shared.ping().await?;
+            return Ok(out);
+        }
+        let entries: Vec<&Entry> = snapshot.iter().map(|(_, e, _)| e.as_ref()).collect();
+        let renewed = self.shared.renew(&entries, self.ttl_ms).await?;
+        for ((hk, entry, token), ours) in snapshot.iter().zip(renewed) {
+            // Pending entries (token 0 when the renewal was sent) are not lost, just not yet
+            // granted; a hold released meanwhile is no longer in the table and not reported.
+            if !ours && *token != 0 && self.holds.remove_if(hk, entry) {
+                tracing::warn!(key = %entry.key, token, "hold found gone or taken on renewal");
+                out.lost.push((entry.name.clone(), *token));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Acquires, waiting on the lock's pub/sub channel with a jittered fallback timer.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the waiter's subscription is dropped, and an attempt whose reply was never
+    /// seen is released in the background (owner-checked).
+    async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::SessionExpired);
+        }
+        if req.lock_delay.is_some() {
+            return Err(Error::InvalidArgument("the redis backend does not support lock-delay".into()));
+        }
+        let mut pending = self.begin((req.name.clone(), req.owner.clone())).await?;
+        let key = pending.entry.key.clone();
+        let waiting = match req.wait {
+            true => Some(self.shared.router.register(&self.shared.layout.channel(&key)).await),
+            false => None,
+        };
+        let mut backoff = Backoff::new();
+        let mut failures = 0;
+        loop {
+            pending.in_flight = true;
+            let attempt = match self.shared.try_acquire(&pending.entry, self.ttl_ms).await {
+                Ok(a) => a,
+                // A waiter rides out a short blip (a dropped connection is re-opened on the next
+                // call); a no-wait attempt or a lasting outage reports it.
+                Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
+                    failures += 1;
+                    tokio::time::sleep(backoff.delay(-1)).await;
+                    // The lost reply may have been a grant: give it back before trying again,
+                    // so a retry never finds (and counts) its own hold.
+                    if self.shared.release(&pending.entry, self.ttl_ms).await.is_ok() {
+                        pending.in_flight = false;
+                    }
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            failures = 0;
+            pending.in_flight = !matches!(attempt, Attempt::Busy(_) | Attempt::WrongType(_) | Attempt::BadFence(_));
+            let pttl = match attempt {
+                Attempt::Granted(token) => {
+                    pending.granted(token);
+                    return Ok(Acquired::Granted { token });
+                }
+                Attempt::WrongType(ty) => return Err(Self::wrong_type(&key, &ty)),
+                Attempt::BadFence(e) => {
+                    let fence = self.shared.layout.fence_key(&key);
+                    return Err(Error::Backend(format!("redis: fencing counter {fence:?} is unusable: {e}")));
+                }
+                Attempt::Busy(pttl) => pttl,
+            };
+            let Some(reg) = waiting.as_ref() else { return Ok(Acquired::Busy) };
+            tokio::select! {
+                _ = reg.notified() => backoff.reset(),
+                _ = tokio::time::sleep(backoff.delay(pttl)) => {}
+            }
+            reg.refresh().await;
+        }
+    }
+
+    /// Owner-checked release; renewal of the hold stops before the release is sent.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; the release may or may not have happened, the key's TTL is the backstop.
+    async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
+        let hk = (name.clone(), owner.to_string());
+        let Some(entry) = self.holds.get(&hk) else { return Ok(false) };
+        if entry.token() != token || !self.holds.remove_if(&hk, &entry) {
+            return Ok(false);
+        }
+        self.shared.release(&entry, self.ttl_ms).await
+    }
+
+    /// Releases every hold of the session.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; holds not released expire after the TTL.
+    async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::SeqCst);
+        let entries = self.holds.drain();
+        let results = futures_util::future::join_all(entries.iter().map(|e| self.shared.release(e, self.ttl_ms))).await;
+        results.into_iter().find_map(std::result::Result::err).map_or(Ok(()), Err)
+    }
+}

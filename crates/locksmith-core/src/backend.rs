@@ -72,8 +72,28 @@ pub enum Acquired {
 #[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct KeepAlive {
-    /// Holds the backend found gone (deleted by a third party, taken over): `(name, token)`.
-    pub lost: Vec<(LockName, u64)>,
+    /// Holds the backend found gone (deleted by a third party, taken over).
+    pub lost: Vec<LostHold>,
+}
+
+/// One hold a keep-alive found gone, named exactly as it was acquired: `(name, owner, token)`.
+/// The owner tells holds of one session apart even on backends whose tokens are all 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LostHold {
+    /// The lock.
+    pub name: LockName,
+    /// The owner id the hold was acquired as.
+    pub owner: String,
+    /// The token it was granted with.
+    pub token: u64,
+}
+
+impl LostHold {
+    /// A lost-hold report.
+    pub fn new(name: LockName, owner: impl Into<String>, token: u64) -> Self {
+        Self { name, owner: owner.into(), token }
+    }
 }
 
 /// One session (lease) on a backend. Implementations must make [`Session::acquire`] cancel

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use crate::backend::{AcquireRequest, Acquired, Backend, LockStatus};
+use crate::backend::{AcquireRequest, Acquired, Backend, LockStatus, LostHold};
 use crate::guard::Guard;
 use crate::keeper::{LostHolds, SessionCtx};
 use crate::{validate_ttl, Error, LockName, LockOptions, Result, DEFAULT_TTL};
@@ -258,18 +258,16 @@ impl Client {
 
     fn lost_holds_hook(&self) -> LostHolds {
         let slots = Arc::downgrade(&self.inner.slots);
-        Arc::new(move |lost: Vec<(LockName, u64)>| {
+        Arc::new(move |lost: Vec<LostHold>| {
             let Some(slots) = slots.upgrade() else { return };
             let Ok(map) = slots.lock() else { return };
-            for (name, token) in lost {
-                for ((n, _), slot) in map.iter() {
-                    if *n != name {
-                        continue;
-                    }
-                    if let Ok(hold) = slot.hold.try_lock() {
-                        if let Some(h) = hold.as_ref().filter(|h| h.token == token) {
-                            h.lost.send_replace(true);
-                        }
+            for report in lost {
+                let Some(slot) = map.get(&(report.name, report.owner)) else { continue };
+                // A slot busy with an acquisition or release is changing hands anyway; the
+                // driver reports a hold that is still gone again on the next keep-alive.
+                if let Ok(hold) = slot.hold.try_lock() {
+                    if let Some(h) = hold.as_ref().filter(|h| h.token == report.token) {
+                        h.lost.send_replace(true);
                     }
                 }
             }

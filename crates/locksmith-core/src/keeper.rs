@@ -52,7 +52,7 @@ impl std::fmt::Debug for SessionCtx {
 }
 
 /// Called with holds a keep-alive found gone.
-pub(crate) type LostHolds = Arc<dyn Fn(Vec<(crate::LockName, u64)>) + Send + Sync>;
+pub(crate) type LostHolds = Arc<dyn Fn(Vec<crate::LostHold>) + Send + Sync>;
 
 impl SessionCtx {
     /// Wraps a session opened at `opened_at` and starts its keeper.

@@ -22,7 +22,7 @@ mod options;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
-pub use backend::{AcquireRequest, Acquired, Backend, HolderStatus, KeepAlive, LockStatus, Session};
+pub use backend::{AcquireRequest, Acquired, Backend, HolderStatus, KeepAlive, LockStatus, LostHold, Session};
 pub use client::Client;
 pub use error::{Error, Result};
 pub use guard::Guard;

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::{
-    AcquireRequest, Acquired, Backend, Client, Error, Guard, KeepAlive, LockName, LockOptions, LockStatus, Result,
-    Session,
+    AcquireRequest, Acquired, Backend, Client, Error, Guard, KeepAlive, LockName, LockOptions, LockStatus, LostHold,
+    Result, Session,
 };
 use tokio::sync::Notify;
 use tokio::time::{sleep, sleep_until, timeout, timeout_at, Instant};
@@ -104,7 +104,7 @@ struct State {
     holds: HashMap<String, Holder>,
     last_token: u64,
     /// Holds taken away, to report on the owning session's next successful keep-alive.
-    pending_lost: Vec<(String, LockName, u64)>,
+    pending_lost: Vec<(String, LostHold)>,
     keep_alives: Vec<KeepAliveCall>,
     acquires: Vec<AcquireCall>,
     releases: Vec<ReleaseCall>,
@@ -175,7 +175,7 @@ impl Script {
     fn take_over(&self, name: &str) {
         let mut s = self.state();
         let old = s.holds.remove(name).unwrap();
-        s.pending_lost.push((old.session, LockName::new(name).unwrap(), old.token));
+        s.pending_lost.push((old.session, LostHold::new(LockName::new(name).unwrap(), old.owner, old.token)));
         s.last_token += 1;
         let token = s.last_token;
         s.holds.insert(name.to_owned(), Holder { session: FOREIGN.into(), owner: "usurper".into(), token });
@@ -268,10 +268,9 @@ impl Session for ScriptedSession {
         }
         s.keep_alives[call].answered_ok = Some(Instant::now());
         let mut outcome = KeepAlive::default();
-        let (mine, others): (Vec<_>, Vec<_>) =
-            s.pending_lost.drain(..).partition(|(session, _, _)| *session == self.id);
+        let (mine, others): (Vec<_>, Vec<_>) = s.pending_lost.drain(..).partition(|(session, _)| *session == self.id);
         s.pending_lost = others;
-        outcome.lost.extend(mine.into_iter().map(|(_, name, token)| (name, token)));
+        outcome.lost.extend(mine.into_iter().map(|(_, lost)| lost));
         Ok(outcome)
     }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
 
 use crate::backoff::Backoff;
 use crate::holds::{Entry, HoldKey, Holds};
@@ -100,7 +100,7 @@ impl Session for RedisSession {
             // granted; a hold released meanwhile is no longer in the table and not reported.
             if !ours && *token != 0 && self.holds.remove_if(hk, entry) {
                 tracing::warn!(key = %entry.key, token, "hold found gone or taken on renewal");
-                out.lost.push((entry.name.clone(), *token));
+                out.lost.push(LostHold::new(entry.name.clone(), hk.1.clone(), *token));
             }
         }
         Ok(out)

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use locksmith_core::LockName;
+use locksmith_core::{LockName, LostHold};
 
 #[derive(Debug)]
 struct Hold {
@@ -67,21 +67,14 @@ impl Holds {
 
     /// Holds marked lost that are still registered (not yet released), to report again on every
     /// keep-alive: a report the engine could not deliver (the guard's slot was busy) would
-    /// otherwise leave a guard believing in a hold nobody renews. Skipped for a name this
-    /// session holds again, since the engine matches reports by (name, token) and every
-    /// Redlock token is 0: the report would hit the new hold.
-    pub(crate) fn lost(&self) -> Vec<LockName> {
-        let map = self.map();
-        let live: std::collections::HashSet<&LockName> =
-            map.iter().filter(|(_, h)| !h.lost).map(|((name, _), _)| name).collect();
-        let mut names: Vec<LockName> = map
+    /// otherwise leave a guard believing in a hold nobody renews. Reports name the owner, so
+    /// they never hit another hold of the same lock although every Redlock token is 0.
+    pub(crate) fn lost(&self) -> Vec<LostHold> {
+        self.map()
             .iter()
-            .filter(|((name, _), h)| h.lost && !live.contains(name))
-            .map(|((name, _), _)| name.clone())
-            .collect();
-        names.sort();
-        names.dedup();
-        names
+            .filter(|(_, h)| h.lost)
+            .map(|((name, owner), _)| LostHold::new(name.clone(), owner.clone(), 0))
+            .collect()
     }
 
     /// Forgets every hold and returns `(name, value)` of each.

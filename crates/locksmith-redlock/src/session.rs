@@ -82,7 +82,7 @@ impl Session for RedlockSession {
         if holds.is_empty() {
             // Nothing to renew: the "lease" is only the keys' expiry.
             let mut outcome = KeepAlive::default();
-            outcome.lost = self.holds.lost().into_iter().map(|name| (name, 0)).collect();
+            outcome.lost = self.holds.lost();
             return Ok(outcome);
         }
         let started = Instant::now();
@@ -105,7 +105,7 @@ impl Session for RedlockSession {
             }
         }
         let mut outcome = KeepAlive::default();
-        outcome.lost = self.holds.lost().into_iter().map(|name| (name, 0)).collect();
+        outcome.lost = self.holds.lost();
         Ok(outcome)
     }
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use locksmith_core::conformance::{Caps, Target};
 use locksmith_core::{
-    AcquireRequest, Acquired, Backend, Client, Error, KeepAlive, LockName, LockStatus, Result, Session,
+    AcquireRequest, Acquired, Backend, Client, Error, KeepAlive, LockName, LockStatus, LostHold, Result, Session,
 };
 use locksmith_redlock::RedlockBackend;
 
@@ -68,8 +68,9 @@ impl Session for ShimSession {
         ka.lost = ka
             .lost
             .into_iter()
-            .flat_map(|(name, _)| {
-                tokens.iter().filter(|((n, _), _)| *n == name).map(|(_, t)| (name.clone(), *t)).collect::<Vec<_>>()
+            .filter_map(|lost| {
+                let token = tokens.get(&(lost.name.clone(), lost.owner.clone())).copied()?;
+                Some(LostHold::new(lost.name, lost.owner, token))
             })
             .collect();
         Ok(ka)

@@ -134,15 +134,20 @@ pub async fn run(args: RunArgs) -> ExitCode {
     };
     tracing::info!(lock = %args.name, token = guard.token(), "acquired");
 
-    let mut command = Command::new(&args.command[0]);
-    command.args(&args.command[1..]).env("LOCKSMITH_LOCK", &args.name).env_remove("LOCKSMITH_TOKEN");
+    let Some((program, program_args)) = args.command.split_first() else {
+        eprintln!("locksmith run: no command given");
+        let _ = guard.unlock().await;
+        return ExitCode::from(exit::USAGE);
+    };
+    let mut command = Command::new(program);
+    command.args(program_args).env("LOCKSMITH_LOCK", &args.name).env_remove("LOCKSMITH_TOKEN");
     if let Some(token) = guard.fencing_token() {
         command.env("LOCKSMITH_TOKEN", token.to_string());
     }
     let mut child = match command.spawn() {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("locksmith run: cannot start {:?}: {e}", args.command[0]);
+            eprintln!("locksmith run: cannot start {program:?}: {e}");
             let _ = guard.unlock().await;
             // 127 like a shell for "command not found", 126 otherwise.
             let code = if e.kind() == std::io::ErrorKind::NotFound { 127 } else { 126 };

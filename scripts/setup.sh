@@ -4,8 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Real servers the driver tests start (never started as services: the tests run them).
-packages=(redis-server)
+# Real servers the driver tests start (never started as services: the tests run them), the
+# protobuf compiler etcd-client's build needs, and third-party lock clients for interop tests
+# (etcdctl; Apache Curator for Java, compiled by the ZooKeeper tests with the machine's javac).
+packages=(
+  redis-server
+  etcd-server etcd-client protobuf-compiler libprotobuf-dev
+  zookeeper libzookeeper-java libcurator-recipes-java libcurator-framework-java libcurator-client-java
+)
 need_apt=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt+=("$p")
@@ -16,9 +22,9 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # Third-party lock clients for interoperability tests (PyPI), in a venv of the project's own.
-if [ ! -x .venv-interop/bin/python ] || ! .venv-interop/bin/python -c 'import redis' 2>/dev/null; then
+if [ ! -x .venv-interop/bin/python ] || ! .venv-interop/bin/python -c 'import redis, kazoo' 2>/dev/null; then
   python3 -m venv .venv-interop
-  .venv-interop/bin/pip install --quiet 'redis>=5,<9'
+  .venv-interop/bin/pip install --quiet 'redis>=5,<9' 'kazoo>=2.9,<3'
 fi
 
 for tool in cargo rustc; do

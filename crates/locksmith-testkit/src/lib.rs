@@ -3,12 +3,16 @@
 //! command that installs what is missing; nothing is skipped silently.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+mod etcd;
 mod native;
 mod port;
 mod process;
 mod redis;
+mod zk;
 
+pub use etcd::EtcdServer;
 pub use native::NativeServer;
 pub use port::free_port;
 pub use process::ChildProcess;
 pub use redis::{interop_python, RedisServer, REDIS_SETUP};
+pub use zk::ZkServer;

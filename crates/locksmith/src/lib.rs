@@ -21,6 +21,8 @@
 //! | `memory://[name]` | the native server's logic in this process, for tests | `memory` (default) |
 //! | `redis://[user:pass@]host:port[/db][?options]` | one Redis instance | `redis` |
 //! | `redlock://h1:p1,h2:p2,…[?options]` | Redlock over N independent Redis masters (no fencing tokens) | `redlock` |
+//! | `etcd://host:port[,host:port…]` | etcd v3, Go `concurrency.Mutex` layout (`etcdctl lock`) | `etcd` |
+//! | `zk://host:port[,host:port…][/path]` | ZooKeeper, Curator `InterProcessMutex` layout | `zk` |
 //!
 //! The contract every backend keeps (mutual exclusion within its fault model, no deadlock,
 //! owner-checked release, fencing tokens, a loss signal before anyone else can be granted,
@@ -60,9 +62,13 @@ pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
         "redis" => Ok(Arc::new(locksmith_redis::RedisBackend::from_url(url)?)),
         #[cfg(feature = "redlock")]
         "redlock" => Ok(Arc::new(locksmith_redlock::RedlockBackend::from_url(url)?)),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(Arc::new(locksmith_etcd::EtcdBackend::from_url(url)?)),
+        #[cfg(feature = "zk")]
+        "zk" => Ok(Arc::new(locksmith_zk::ZkBackend::from_url(url)?)),
         s if KNOWN_SCHEMES.contains(&s) => Err(bad(format!("the {scheme}:// backend is not built into this binary"))),
         other => Err(bad(format!(
-            "unknown scheme {other:?}; known: locksmith, memory, redis, redlock (planned: etcd, zk, postgres, mysql, sqlite)"
+            "unknown scheme {other:?}; known: locksmith, memory, redis, redlock, etcd, zk (planned: postgres, mysql, sqlite)"
         ))),
     }
 }

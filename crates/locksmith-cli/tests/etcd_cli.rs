@@ -1,0 +1,217 @@
+//! `locksmith run` against a real etcd: the process properties of the contract, and
+//! interoperability with `etcdctl lock` (Go's `concurrency.Mutex` layout).
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use locksmith_core::conformance::{Caps, Target};
+use locksmith_testkit::EtcdServer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
+
+struct Etcd {
+    server: EtcdServer,
+}
+
+impl Etcd {
+    fn start() -> Self {
+        Self { server: EtcdServer::start() }
+    }
+}
+
+#[async_trait::async_trait]
+impl Target for Etcd {
+    fn url(&self) -> String {
+        self.server.url()
+    }
+    async fn client(&self, ttl: Duration) -> locksmith::Result<locksmith::Client> {
+        locksmith::connect_with_ttl(&self.server.url(), ttl).await
+    }
+    fn caps(&self) -> Caps {
+        let mut c = Caps::default();
+        c.fifo = true;
+        c.reports_waiters = true;
+        c
+    }
+    fn cli(&self) -> Option<PathBuf> {
+        Some(BIN.into())
+    }
+}
+
+locksmith_core::process_conformance_suite!(Etcd::start());
+
+fn critical_section(file: &Path) -> String {
+    let f = file.display();
+    format!("echo enter >> {f}; sleep 0.05; echo exit >> {f}")
+}
+
+/// `etcdctl lock` and `locksmith run` contending for one lock (8 rounds each, concurrently)
+/// never overlap: the shared file strictly alternates enter/exit, and both sides ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_and_locksmith_run_exclude_each_other() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cs.log");
+    let script = critical_section(&file);
+    let etcdctl = {
+        let mut cmds = Vec::new();
+        for _ in 0..8 {
+            let mut c = server.etcdctl();
+            c.args(["lock", "interop", "--", "sh", "-c", &format!("{script}; echo etcdctl >> {}.who", file.display())]);
+            cmds.push(c);
+        }
+        std::thread::spawn(move || {
+            for mut c in cmds {
+                let out = c.stdin(Stdio::null()).output().unwrap();
+                assert!(out.status.success(), "etcdctl lock failed: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        })
+    };
+    let url = server.url();
+    let ours = {
+        let script = format!("{script}; echo locksmith >> {}.who", file.display());
+        std::thread::spawn(move || {
+            for _ in 0..8 {
+                let out = Command::new(BIN)
+                    .args(["run", "interop", "--backend", &url, "--", "sh", "-c", &script])
+                    .stdin(Stdio::null())
+                    .output()
+                    .unwrap();
+                assert_eq!(out.status.code(), Some(0), "locksmith run: {}", String::from_utf8_lossy(&out.stderr));
+            }
+        })
+    };
+    etcdctl.join().unwrap();
+    ours.join().unwrap();
+    let log = std::fs::read_to_string(&file).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 32, "16 critical sections, 2 lines each:\n{log}");
+    for (i, l) in lines.iter().enumerate() {
+        let want = if i % 2 == 0 { "enter" } else { "exit" };
+        assert_eq!(*l, want, "overlap at line {i}:\n{log}");
+    }
+    let who = std::fs::read_to_string(format!("{}.who", file.display())).unwrap();
+    assert_eq!(who.matches("etcdctl").count(), 8, "{who}");
+    assert_eq!(who.matches("locksmith").count(), 8, "{who}");
+}
+
+/// While `locksmith run` holds NAME, etcd shows exactly Go's layout: `NAME/<lease-hex>` with
+/// the lease listed by `etcdctl lease list`; `etcdctl lock` then cannot take it, and while
+/// `etcdctl lock` holds it `locksmith run --no-wait` exits 75.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn locksmith_holds_are_go_mutex_keys_seen_by_etcdctl() {
+    let server = EtcdServer::start();
+    let mut holder = Command::new(BIN)
+        .args(["run", "layout", "--backend", &server.url(), "--", "sh", "-c", "echo ready; exec sleep 30"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(holder.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let out = server.etcdctl().args(["get", "--prefix", "layout/", "--keys-only"]).output().unwrap();
+    let keys: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| !l.is_empty()).map(str::to_string).collect();
+    assert_eq!(keys.len(), 1, "{keys:?}");
+    let hex = keys[0].strip_prefix("layout/").unwrap_or_else(|| panic!("not under layout/: {keys:?}"));
+    assert!(!hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{hex}");
+    let leases = server.etcdctl().args(["lease", "list"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&leases.stdout).lines().any(|l| l.trim() == hex), "lease {hex} not listed");
+    // etcdctl's own lock must wait for ours: its command has not run 1.5 s later.
+    let mut blocked = server
+        .etcdctl()
+        .args(["lock", "--ttl", "2", "layout", "--", "echo", "got"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(blocked.try_wait().unwrap().is_none(), "etcdctl lock finished while locksmith held the lock");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(blocked.id() as i32), nix::sys::signal::Signal::SIGINT);
+    let blocked = blocked.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&blocked.stdout).contains("got"), "etcdctl ran its command under our lock");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(holder.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let _ = holder.wait();
+
+    let mut etcd_holder = server.etcdctl();
+    let mut etcd_holder = etcd_holder
+        .args(["lock", "layout", "--", "sh", "-c", "echo ready; exec sleep 30"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(etcd_holder.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let busy = Command::new(BIN)
+        .args(["run", "layout", "--no-wait", "--backend", &server.url(), "--", "echo", "ran"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(busy.status.code(), Some(75), "{}", String::from_utf8_lossy(&busy.stderr));
+    assert!(busy.stdout.is_empty(), "the command ran while etcdctl held the lock");
+    let _ = etcd_holder.kill();
+    let _ = etcd_holder.wait();
+}
+
+/// etcd#11456 at the process level: a waiting `locksmith run` SIGSTOPped past its TTL (its
+/// lease expires while it waits), the holder releases and a new holder takes the lock, then
+/// SIGCONT: the stale waiter never runs its command while the new holder holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiter_paused_past_its_ttl_never_runs_under_another_holder() {
+    let server = EtcdServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cs.log");
+    let a = locksmith::connect_with_ttl(&server.url(), Duration::from_secs(5)).await.unwrap();
+    let c = locksmith::connect_with_ttl(&server.url(), Duration::from_secs(5)).await.unwrap();
+    let g = a.lock("paused-waiter").await.unwrap();
+    let mut waiter = Command::new(BIN)
+        .args(["run", "paused-waiter", "--ttl", "1s", "--backend", &server.url(), "--", "sh", "-c"])
+        .arg(critical_section(&file))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..500 {
+        if a.status(Some("paused-waiter")).await.unwrap()[0].waiters == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(a.status(Some("paused-waiter")).await.unwrap()[0].waiters, 1, "the waiter never queued");
+    let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Hand the lock to a new holder while the waiter is frozen with an expired lease.
+    let c_wait = {
+        let c = c.clone();
+        tokio::spawn(async move { c.lock("paused-waiter").await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(g.unlock().await.unwrap());
+    let gc = tokio::time::timeout(Duration::from_secs(5), c_wait).await.unwrap().unwrap().unwrap();
+    std::fs::write(&file, "enter\n").unwrap();
+    let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "enter\n", "the stale waiter ran under another holder");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&file)
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"exit\n"))
+        .unwrap();
+    assert!(gc.unlock().await.unwrap());
+    // It may now queue again and run, or have given up: either way no overlap.
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while waiter.try_wait().unwrap().is_none() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    let log = std::fs::read_to_string(&file).unwrap();
+    for (i, l) in log.lines().enumerate() {
+        assert_eq!(l, if i % 2 == 0 { "enter" } else { "exit" }, "overlap at line {i}:\n{log}");
+    }
+}

@@ -1,0 +1,268 @@
+//! # locksmith-etcd: etcd v3 as a locksmith backend
+//!
+//! URL: `etcd://host:port[,host:port…]` (port defaults to 2379; plain HTTP/2, no TLS or auth
+//! yet). Building an [`EtcdBackend`] does no I/O; the gRPC client is created on first use, with
+//! a 3 s connection timeout and a 3 s bound on every unary call, so an unreachable cluster gives
+//! [`Error::Unavailable`] quickly.
+//!
+//! ## Layout: Go's `concurrency.Mutex` (`etcdctl lock`)
+//! A session is one etcd lease whose TTL is the lock TTL rounded **up** to whole seconds (etcd
+//! TTLs are seconds; minimum 1 s; the server may grant more, e.g. its minimum of 1.5 × election
+//! timeout). A hold of lock `NAME` is the key `NAME/<lease-id in lower-case hex>` with an empty
+//! value, attached to the lease, exactly as Go's `concurrency.Mutex` and `etcdctl lock NAME`
+//! write it, so Go, etcdctl and locksmith contend for the same locks.
+//!
+//! - **Acquire** is one txn: `if create_revision(key) == 0 then put(key, "", lease); get(oldest
+//!   under NAME/) else get(key); get(oldest)`. The holder is the key with the smallest create
+//!   revision; the **fencing token** is our key's create revision (a cluster-wide revision:
+//!   monotonic, also across restarts, since etcd persists its revision counter).
+//! - **Waiting** watches only the newest key older than ours until it is deleted, then re-checks
+//!   (herd-free, FIFO by revision). After waiting we confirm our own key still exists with our
+//!   create revision before reporting success (etcd#11456: a lease that expired while waiting
+//!   must not yield a phantom grant; that case answers [`Error::SessionExpired`]).
+//! - **try** (`wait == false`) deletes its own key again when it did not get the lock, as Go's
+//!   `TryLock` does.
+//! - **Release** is a txn `if create_revision(key) == token then delete(key)`: never a delete by
+//!   name alone (etcd#22082); a retried release answers `false`.
+//!
+//! ## One lease, many holds (etcd#10756)
+//! Go's layout has one key per lease and lock name, so two holds of one session on one name
+//! would share a key. This driver keeps **one lease per session** and a local per-name queue
+//! (a FIFO async mutex): a session never has two outstanding keys for one name. A second
+//! acquisition of the same name through the same session waits locally (or answers busy for a
+//! try) until the first hold is released; only then does it write its own key, with a new
+//! create revision and so a new token.
+//!
+//! ## Keep-alive and loss
+//! Each [`Session::keep_alive`](locksmith_core::Session::keep_alive) call sends one `LeaseKeepAlive` request and reads its answer;
+//! a TTL of 0 or "lease not found" is [`Error::SessionExpired`], on which the engine declares
+//! every hold of the session lost. The same call checks, in one txn, that every hold's key still
+//! exists with its create revision; holds deleted by a third party are reported in
+//! [`KeepAlive::lost`](locksmith_core::KeepAlive::lost).
+//!
+//! ## Cancel safety
+//! Dropping an acquisition future spawns a cleanup on the etcd client (not the dropped context,
+//! as Go's `m.Unlock(client.Ctx())`) that deletes our key if it still carries our lease; the
+//! per-name slot stays taken until that cleanup is done. Closing a session revokes its lease.
+//!
+//! ## Status
+//! `status(Some(name))` reports the holder (oldest key: its lease in hex as session, the key as
+//! owner, its create revision as token, the lease's remaining TTL), `waiters = keys − 1` and the
+//! newest create revision as `last_token`. `status(None)` answers an empty list (etcd has no
+//! index of lock names; any key prefix could be one).
+//!
+//! ## Fault model
+//! etcd is CP (Raft): a partitioned minority cannot grant or renew, so mutual exclusion holds
+//! under partitions. A paused client is covered by the lease plus the engine's local deadline
+//! (measured from when a renewal was *sent*). Lock-delay is not supported.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+
+mod session;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use etcd_client::{GetOptions, SortOrder, SortTarget};
+use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
+use tokio::sync::OnceCell;
+
+use crate::session::EtcdSession;
+
+/// Connection timeout for each endpoint.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Bound on every unary call.
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// etcd v3 as a locksmith backend (see the crate docs for the layout and fault model).
+#[derive(Debug)]
+pub struct EtcdBackend {
+    shared: Arc<Shared>,
+}
+
+/// What sessions of one backend share: the endpoints and the lazily created client.
+pub(crate) struct Shared {
+    pub(crate) url: String,
+    endpoints: Vec<String>,
+    client: OnceCell<etcd_client::Client>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("url", &self.url).finish()
+    }
+}
+
+impl Shared {
+    /// The etcd client, created on first use.
+    pub(crate) async fn client(&self) -> Result<etcd_client::Client> {
+        let c = self
+            .client
+            .get_or_try_init(|| async {
+                let opts = etcd_client::ConnectOptions::new()
+                    .with_connect_timeout(CONNECT_TIMEOUT)
+                    .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
+                let fut = etcd_client::Client::connect(self.endpoints.clone(), Some(opts));
+                match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
+                    Ok(r) => r.map_err(|e| self.error(e)),
+                    Err(_) => Err(self.unavailable("no connection within 3 s")),
+                }
+            })
+            .await?;
+        Ok(c.clone())
+    }
+
+    /// Runs one unary call bounded by [`CALL_TIMEOUT`].
+    pub(crate) async fn call<T>(
+        &self,
+        fut: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    ) -> Result<T> {
+        match tokio::time::timeout(CALL_TIMEOUT, fut).await {
+            Ok(r) => r.map_err(|e| self.error(e)),
+            Err(_) => Err(self.unavailable("no answer within 3 s")),
+        }
+    }
+
+    pub(crate) fn unavailable(&self, message: &str) -> Error {
+        Error::Unavailable { backend: self.url.clone(), message: message.to_string() }
+    }
+
+    /// Classifies an etcd client error.
+    pub(crate) fn error(&self, e: etcd_client::Error) -> Error {
+        use etcd_client::Error as E;
+        match e {
+            E::GRpcStatus(s) => {
+                let code = s.code() as i32;
+                if code == tonic_code::NOT_FOUND || s.message().contains("lease not found") {
+                    Error::SessionExpired
+                } else if matches!(
+                    code,
+                    tonic_code::UNAVAILABLE | tonic_code::DEADLINE_EXCEEDED | tonic_code::CANCELLED
+                ) {
+                    self.unavailable(s.message())
+                } else {
+                    Error::Backend(format!("etcd {}: {}", self.url, s.message()))
+                }
+            }
+            E::TransportError(t) => self.unavailable(&t.to_string()),
+            E::IoError(io) => self.unavailable(&io.to_string()),
+            E::LeaseKeepAliveError(m) | E::WatchError(m) => self.unavailable(&m),
+            other => Error::Backend(format!("etcd {}: {other}", self.url)),
+        }
+    }
+}
+
+/// gRPC status codes (their numbers are fixed by the gRPC spec), without a tonic dependency.
+mod tonic_code {
+    pub(crate) const CANCELLED: i32 = 1;
+    pub(crate) const DEADLINE_EXCEEDED: i32 = 4;
+    pub(crate) const NOT_FOUND: i32 = 5;
+    pub(crate) const UNAVAILABLE: i32 = 14;
+}
+
+impl EtcdBackend {
+    /// Parses `etcd://host:port[,host:port…]`; connects lazily (no I/O, no runtime needed).
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] when the URL is not of that form.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let endpoints = parse_url(url)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                url: format!("etcd://{}", endpoints.join(",")),
+                endpoints: endpoints.iter().map(|e| format!("http://{e}")).collect(),
+                client: OnceCell::new(),
+            }),
+        })
+    }
+}
+
+fn parse_url(url: &str) -> Result<Vec<String>> {
+    let bad = |reason: &str| Error::InvalidUrl { url: url.to_string(), reason: reason.to_string() };
+    let rest = url.strip_prefix("etcd://").ok_or_else(|| bad("expected etcd://host:port[,host:port…]"))?;
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    if rest.contains(['@', '?', '#', '/']) {
+        return Err(bad("credentials, paths and options are not supported"));
+    }
+    let mut out = Vec::new();
+    for hp in rest.split(',') {
+        let (host, port) = match hp.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad(&format!("bad port in {hp:?}")))?),
+            None => (hp, 2379),
+        };
+        if host.is_empty() || port == 0 || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            return Err(bad(&format!("bad endpoint {hp:?}")));
+        }
+        out.push(format!("{host}:{port}"));
+    }
+    Ok(out)
+}
+
+/// The key prefix of lock `name` (Go's `pfx + "/"`).
+pub(crate) fn prefix(name: &LockName) -> String {
+    format!("{}/", name.as_str())
+}
+
+#[async_trait::async_trait]
+impl locksmith_core::Backend for EtcdBackend {
+    fn describe(&self) -> String {
+        self.shared.url.clone()
+    }
+
+    /// Grants a lease of `ttl` rounded up to whole seconds (at least 1 s).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a lease granted by a dropped call expires after its TTL.
+    async fn open_session(&self, ttl: Duration) -> Result<Box<dyn locksmith_core::Session>> {
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
+        let mut c = self.shared.client().await?;
+        let granted = self.shared.call(c.lease_grant(secs, None)).await?;
+        if !granted.error().is_empty() {
+            return Err(Error::Backend(format!("etcd {}: lease grant: {}", self.shared.url, granted.error())));
+        }
+        Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id())))
+    }
+
+    /// The holder and waiters of one lock; `None` answers an empty list.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
+        let Some(name) = name else { return Ok(Vec::new()) };
+        let mut c = self.shared.client().await?;
+        let opts = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
+        let resp = self.shared.call(c.get(prefix(name), Some(opts))).await?;
+        let kvs = resp.kvs();
+        let Some(first) = kvs.first() else {
+            return Ok(vec![LockStatus::new(name.to_string(), None, 0, 0)]);
+        };
+        let ttl_left = match self.shared.call(c.lease_time_to_live(first.lease(), None)).await {
+            Ok(t) => Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)),
+            Err(_) => Duration::ZERO,
+        };
+        let token = u64::try_from(first.create_revision()).unwrap_or(0);
+        let holder = HolderStatus::new(
+            format!("{:x}", first.lease()),
+            String::from_utf8_lossy(first.key()).into_owned(),
+            token,
+            ttl_left,
+        );
+        let last = kvs.iter().map(|kv| kv.create_revision()).max().unwrap_or(0);
+        let waiters = u64::try_from(kvs.len()).unwrap_or(0).saturating_sub(1);
+        Ok(vec![LockStatus::new(name.to_string(), Some(holder), waiters, u64::try_from(last).unwrap_or(0))])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_or_are_refused() {
+        assert_eq!(parse_url("etcd://127.0.0.1:2379").unwrap(), vec!["127.0.0.1:2379"]);
+        assert_eq!(parse_url("etcd://a:1,b").unwrap(), vec!["a:1", "b:2379"]);
+        for bad in ["redis://x", "etcd://", "etcd://a:x", "etcd://u@a:1", "etcd://a:1/p", "etcd://a:0"] {
+            assert!(matches!(parse_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! A session: one etcd lease, the holds written under it, and a local per-name queue so the
+//! session never has two keys for one name (etcd#10756).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use etcd_client::{
+    Compare, CompareOp, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget,
+    Txn, TxnOp, TxnOpResponse, WatchOptions,
+};
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::{prefix, Shared, CALL_TIMEOUT};
+
+/// Most operations etcd accepts in one txn (its default `--max-txn-ops`).
+const MAX_TXN_OPS: usize = 128;
+
+type NameMap = Arc<Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>>;
+
+/// The local per-name slot: taken while this session has (or is creating or deleting) a key
+/// for the name. Frees its map entry when the last user goes.
+struct NameSlot {
+    guard: Option<OwnedMutexGuard<()>>,
+    map: NameMap,
+    name: LockName,
+}
+
+impl Drop for NameSlot {
+    fn drop(&mut self) {
+        self.guard = None;
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if map.get(&self.name).is_some_and(|m| Arc::strong_count(m) == 1) {
+            map.remove(&self.name);
+        }
+    }
+}
+
+/// A granted hold.
+struct Hold {
+    owner: String,
+    token: u64,
+    key: String,
+    _slot: NameSlot,
+}
+
+/// One session on an etcd backend: a lease.
+pub(crate) struct EtcdSession {
+    shared: Arc<Shared>,
+    lease: i64,
+    names: NameMap,
+    holds: Arc<Mutex<HashMap<LockName, Hold>>>,
+    keeper: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    closed: AtomicBool,
+}
+
+impl EtcdSession {
+    pub(crate) fn new(shared: Arc<Shared>, lease: i64) -> Self {
+        Self {
+            shared,
+            lease,
+            names: NameMap::default(),
+            holds: Arc::default(),
+            keeper: tokio::sync::Mutex::new(None),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn key(&self, name: &LockName) -> String {
+        format!("{}{:x}", prefix(name), self.lease)
+    }
+
+    fn slot_mutex(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
+        let mut map = self.names.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(name.clone()).or_default().clone()
+    }
+
+    fn slot(&self, name: &LockName, guard: OwnedMutexGuard<()>) -> NameSlot {
+        NameSlot { guard: Some(guard), map: self.names.clone(), name: name.clone() }
+    }
+
+    /// One keep-alive request and its answer; the stream is dropped (and re-opened next time)
+    /// on any failure or cancellation, so an answer is never matched to a later request.
+    async fn renew(&self) -> Result<()> {
+        let mut slot = self.keeper.lock().await;
+        let mut pair = match slot.take() {
+            Some(p) => p,
+            None => {
+                let mut c = self.shared.client().await?;
+                self.shared.call(c.lease_keep_alive(self.lease)).await?
+            }
+        };
+        let answer = tokio::time::timeout(CALL_TIMEOUT, async {
+            pair.0.keep_alive().await?;
+            pair.1.message().await
+        })
+        .await;
+        match answer {
+            Ok(Ok(Some(resp))) => {
+                if resp.ttl() <= 0 {
+                    return Err(Error::SessionExpired);
+                }
+                *slot = Some(pair);
+                Ok(())
+            }
+            Ok(Ok(None)) => Err(self.shared.unavailable("keep-alive stream closed")),
+            Ok(Err(e)) => Err(self.shared.error(e)),
+            Err(_) => Err(self.shared.unavailable("no keep-alive answer within 3 s")),
+        }
+    }
+
+    /// Reads `(key, create_revision)` for each key (0 when missing), in as few txns as allowed.
+    async fn create_revisions(&self, keys: &[String]) -> Result<Vec<i64>> {
+        let mut out = Vec::with_capacity(keys.len());
+        let mut c = self.shared.client().await?;
+        for chunk in keys.chunks(MAX_TXN_OPS) {
+            let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
+            let resp = self.shared.call(c.txn(Txn::new().and_then(ops))).await?;
+            for r in resp.op_responses() {
+                let rev = match r {
+                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.create_revision()).unwrap_or(0),
+                    _ => 0,
+                };
+                out.push(rev);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The acquisition proper; `pending` cleans up if this future is dropped or fails.
+    async fn acquire_inner(&self, req: &AcquireRequest, pending: &mut Pending) -> Result<Option<u64>> {
+        let key = pending.key.clone();
+        let pfx = prefix(&req.name);
+        let mut c = self.shared.client().await?;
+        let oldest = || {
+            TxnOp::get(
+                pfx.as_str(),
+                Some(GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)),
+            )
+        };
+        let mut attempts = 0;
+        let (my_rev, owner_rev) = loop {
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.as_str(), "", Some(PutOptions::new().with_lease(self.lease))), oldest()])
+                .or_else([TxnOp::get(key.as_str(), None), oldest()]);
+            pending.sent = true;
+            let resp = self.shared.call(c.txn(txn)).await?;
+            let ops = resp.op_responses();
+            let owner_rev = match ops.get(1) {
+                Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.create_revision()),
+                _ => return Err(Error::Protocol("etcd: unexpected txn answer".into())),
+            };
+            if resp.succeeded() {
+                let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+                break (rev, owner_rev);
+            }
+            // A key of ours left over from an attempt whose cleanup failed: delete it and start
+            // afresh, so every grant gets a new create revision (a new token).
+            attempts += 1;
+            if attempts > 2 {
+                return Err(Error::Protocol(format!("etcd: cannot replace the leftover key {key:?}")));
+            }
+            self.delete_own(&key, None).await?;
+        };
+        pending.rev = Some(my_rev);
+        if owner_rev.is_none_or(|r| r == my_rev) {
+            return Ok(Some(u64::try_from(my_rev).unwrap_or(0)));
+        }
+        if !req.wait {
+            self.delete_own(&key, Some(my_rev)).await?;
+            pending.sent = false;
+            return Ok(None);
+        }
+        self.wait_deletes(&pfx, my_rev - 1).await?;
+        // etcd#11456: our lease may have expired while we waited, taking our key with it.
+        let g = self.shared.call(c.get(key.as_str(), None)).await?;
+        if g.kvs().first().map(|kv| kv.create_revision()) != Some(my_rev) {
+            pending.sent = false;
+            return Err(Error::SessionExpired);
+        }
+        Ok(Some(u64::try_from(my_rev).unwrap_or(0)))
+    }
+
+    /// Waits until no key under `pfx` has a create revision ≤ `max_rev` (Go's `waitDeletes`):
+    /// watches only the newest such key until it is deleted, then looks again.
+    async fn wait_deletes(&self, pfx: &str, max_rev: i64) -> Result<()> {
+        let mut c = self.shared.client().await?;
+        loop {
+            let opts = GetOptions::new()
+                .with_prefix()
+                .with_sort(SortTarget::Create, SortOrder::Descend)
+                .with_limit(1)
+                .with_max_create_revision(max_rev);
+            let resp = self.shared.call(c.get(pfx, Some(opts))).await?;
+            let Some(last) = resp.kvs().first() else { return Ok(()) };
+            let last_key = last.key().to_vec();
+            let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
+            let mut stream =
+                self.shared.call(c.watch(last_key, Some(WatchOptions::new().with_start_revision(rev + 1)))).await?;
+            loop {
+                let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
+                let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
+                if msg.canceled() {
+                    break;
+                }
+                if msg.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Deletes our key, checked by create revision when known, else by our lease.
+    async fn delete_own(&self, key: &str, rev: Option<i64>) -> Result<bool> {
+        delete_own(&self.shared, self.lease, key, rev).await
+    }
+}
+
+async fn delete_own(shared: &Shared, lease: i64, key: &str, rev: Option<i64>) -> Result<bool> {
+    let cmp = match rev {
+        Some(r) => Compare::create_revision(key, CompareOp::Equal, r),
+        None => Compare::lease(key, CompareOp::Equal, lease),
+    };
+    let mut c = shared.client().await?;
+    let resp = shared.call(c.txn(Txn::new().when([cmp]).and_then([TxnOp::delete(key, None)]))).await?;
+    Ok(resp.succeeded())
+}
+
+/// An acquisition in flight: if dropped while armed (cancelled or failed), deletes our key in
+/// the background, keeping the per-name slot until that is done.
+struct Pending {
+    shared: Arc<Shared>,
+    lease: i64,
+    key: String,
+    rev: Option<i64>,
+    /// Whether a put may have reached etcd.
+    sent: bool,
+    slot: Option<NameSlot>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let Some(slot) = self.slot.take() else { return };
+        if !self.sent {
+            return;
+        }
+        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
+        let (shared, lease, key, rev) = (self.shared.clone(), self.lease, self.key.clone(), self.rev);
+        handle.spawn(async move {
+            if let Err(e) = delete_own(&shared, lease, &key, rev).await {
+                tracing::debug!(%key, error = %e, "cleanup of an abandoned acquisition failed; the lease is the backstop");
+            }
+            drop(slot);
+        });
+    }
+}
+
+#[async_trait]
+impl Session for EtcdSession {
+    fn id(&self) -> String {
+        format!("{:x}", self.lease)
+    }
+
+    /// One `LeaseKeepAlive` round trip, then one txn checking every hold's key.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an interrupted keep-alive stream is discarded and re-opened next time.
+    async fn keep_alive(&self) -> Result<KeepAlive> {
+        self.renew().await?;
+        let snapshot: Vec<(LockName, String, u64, String)> = {
+            let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+            holds.iter().map(|(n, h)| (n.clone(), h.owner.clone(), h.token, h.key.clone())).collect()
+        };
+        let mut out = KeepAlive::default();
+        if snapshot.is_empty() {
+            return Ok(out);
+        }
+        let keys: Vec<String> = snapshot.iter().map(|s| s.3.clone()).collect();
+        let revs = self.create_revisions(&keys).await?;
+        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+        for ((name, owner, token, key), rev) in snapshot.into_iter().zip(revs) {
+            if u64::try_from(rev).ok() == Some(token) {
+                continue;
+            }
+            if holds.get(&name).is_some_and(|h| h.token == token && h.owner == owner) {
+                holds.remove(&name);
+                tracing::warn!(%key, token, "hold found deleted on keep-alive");
+                out.lost.push(LostHold::new(name, owner, token));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Acquires with Go's `concurrency.Mutex` recipe, waiting on a watch of the predecessor.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped acquisition deletes its key in the background (checked by our
+    /// lease or create revision).
+    async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::SessionExpired);
+        }
+        if req.lock_delay.is_some() {
+            return Err(Error::InvalidArgument("the etcd backend does not support lock-delay".into()));
+        }
+        let m = self.slot_mutex(&req.name);
+        let guard = if req.wait {
+            m.lock_owned().await
+        } else {
+            match m.try_lock_owned() {
+                Ok(g) => g,
+                Err(_) => return Ok(Acquired::Busy),
+            }
+        };
+        let slot = self.slot(&req.name, guard);
+        let key = self.key(&req.name);
+        let mut pending = Pending {
+            shared: self.shared.clone(),
+            lease: self.lease,
+            key: key.clone(),
+            rev: None,
+            sent: false,
+            slot: Some(slot),
+        };
+        match self.acquire_inner(&req, &mut pending).await? {
+            Some(token) => {
+                let Some(slot) = pending.slot.take() else {
+                    return Err(Error::Protocol("etcd: acquisition slot vanished".into()));
+                };
+                let hold = Hold { owner: req.owner.clone(), token, key, _slot: slot };
+                self.holds.lock().unwrap_or_else(|p| p.into_inner()).insert(req.name.clone(), hold);
+                Ok(Acquired::Granted { token })
+            }
+            None => Ok(Acquired::Busy),
+        }
+    }
+
+    /// Deletes our key if its create revision is still `token`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; a key left behind is replaced by the next acquisition or expires with the
+    /// lease.
+    async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
+        let hold = {
+            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
+            match holds.get(name) {
+                Some(h) if h.owner == owner && h.token == token => holds.remove(name),
+                _ => None,
+            }
+        };
+        let key = self.key(name);
+        let rev = i64::try_from(token).map_err(|_| Error::InvalidArgument(format!("token {token} out of range")))?;
+        let deleted = self.delete_own(&key, Some(rev)).await;
+        drop(hold);
+        deleted
+    }
+
+    /// Revokes the lease: every key of the session is deleted.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; the lease expires anyway.
+    async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::SeqCst);
+        self.keeper.lock().await.take();
+        let mut c = self.shared.client().await?;
+        let r = self.shared.call(c.lease_revoke(self.lease)).await;
+        self.holds.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        match r {
+            Ok(_) | Err(Error::SessionExpired) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! # locksmith-zk: ZooKeeper as a locksmith backend
+//!
+//! URL: `zk://host:port[,host:port…][/path]`. Building a [`ZkBackend`] does no I/O; sessions
+//! connect when opened (within 3 s, else [`Error::Unavailable`]). The URL path is the **base**
+//! under which lock directories live (default `/locksmith`); it is a plain path prefix, not a
+//! ZooKeeper chroot, and is created on demand.
+//!
+//! ## Layout (Curator `InterProcessMutex` compatible)
+//! Lock `NAME` is the directory `<base>/NAME` (each `/`-separated segment of the name is kept;
+//! segments ZooKeeper would refuse — empty, `.`, `..`, containing `%` or forbidden characters —
+//! are %-escaped). Each hold is one EPHEMERAL_SEQUENTIAL node `_c_<uuid>-lock-<seq>` holding
+//! the owner id as data, exactly as Curator's `InterProcessMutex` names its nodes, so a Curator
+//! client using `<base>/NAME` as its lock path contends with us. kazoo's `<id>__lock__<seq>`
+//! nodes are counted as contenders too (kazoo needs `extra_lock_patterns=["-lock-"]` to count
+//! ours). Contenders are ordered by the sequence after the last `-lock-` / `__lock__`; the
+//! lowest holds the lock. Waiters are FIFO: each watches only its predecessor and re-checks when
+//! it goes (no herd). The fencing token is the czxid of the holder's node: zxids grow across
+//! the whole ensemble, so tokens grow per lock. Release deletes our node; if the connection
+//! was lost while creating it, the node is found again by its uuid.
+//!
+//! ## Sessions and the fault model
+//! One locksmith session is one ZooKeeper session whose timeout is the lock TTL. The server
+//! clamps timeouts to `[minSessionTimeout, maxSessionTimeout]` (default 2..20 × tickTime, i.e.
+//! 4 s..40 s with the default `tickTime=2000`); a TTL the server would not honour exactly is
+//! refused with [`Error::InvalidArgument`] naming the negotiated timeout, because a shorter
+//! server timeout would break the loss signal and a longer one the TTL promise. The client
+//! library pings by itself; [`Session::keep_alive`](locksmith_core::Session::keep_alive) does
+//! one cheap read round trip, checks that each hold's node still exists (a node deleted by a
+//! third party is reported lost) and maps session expiry to [`Error::SessionExpired`] and
+//! connection loss to [`Error::Unavailable`]. Mutual exclusion holds as long as the ensemble
+//! keeps a quorum and its transaction log (ZooKeeper fsyncs before acknowledging); a holder
+//! paused past its session timeout loses its node, and the engine's local deadline tells it so
+//! first. A server restart within the session timeout keeps the session and its nodes.
+//! Lock-delay is not supported (ignored).
+//!
+//! ## Status
+//! `status(Some(name))` lists the lock's contenders: holder = lowest sequence (session id in
+//! hex, owner = node data), waiters = contenders − 1, token and last token = holder's czxid.
+//! The holder's `ttl_left` is unknown to ZooKeeper clients and reported as 0. `status(None)`
+//! walks the tree under the base and reports every directory with contenders.
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+
+mod layout;
+mod session;
+mod url;
+
+use std::time::Duration;
+
+use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
+use tokio::sync::Mutex;
+use zookeeper_client as zk;
+
+use crate::layout::{contenders, map_err, retry};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+const STATUS_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_STATUS_NODES: usize = 100_000;
+
+/// A ZooKeeper ensemble reached through `zk://host:port[,host:port…][/path]`.
+#[derive(Debug)]
+pub struct ZkBackend {
+    url: String,
+    parsed: url::ZkUrl,
+    status_client: Mutex<Option<zk::Client>>,
+}
+
+impl ZkBackend {
+    /// Parses the URL; connects lazily (no I/O, no runtime needed).
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] when the URL is not `zk://host:port[,host:port…][/path]` or the
+    /// path is not a valid ZooKeeper path.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let parsed = url::parse(url)?;
+        Ok(Self { url: url.to_string(), parsed, status_client: Mutex::new(None) })
+    }
+
+    /// The base path under which lock directories live.
+    pub fn base(&self) -> &str {
+        &self.parsed.base
+    }
+
+    async fn connect(&self, timeout: Duration) -> Result<zk::Client> {
+        connect(&self.url, &self.parsed.hosts, timeout).await
+    }
+
+    async fn status_client(&self) -> Result<zk::Client> {
+        let mut slot = self.status_client.lock().await;
+        if let Some(c) = slot.as_ref() {
+            if !c.state().is_terminated() {
+                return Ok(c.clone());
+            }
+        }
+        let c = self.connect(STATUS_SESSION_TIMEOUT).await?;
+        *slot = Some(c.clone());
+        Ok(c)
+    }
+
+    async fn status_of(&self, client: &zk::Client, dir: &str, name: String) -> Result<Option<LockStatus>> {
+        let children = match retry(|| client.list_children(dir)).await {
+            Ok(c) => c,
+            Err(zk::Error::NoNode) => return Ok(Some(LockStatus::new(name, None, 0, 0))),
+            Err(e) => return Err(map_err(&self.url, e)),
+        };
+        let cs = contenders(children);
+        let Some(first) = cs.first() else { return Ok(None) };
+        let path = format!("{dir}/{}", first.node);
+        let holder = match retry(|| client.get_data(&path)).await {
+            Ok((data, stat)) => {
+                let token = u64::try_from(stat.czxid).unwrap_or(0);
+                Some(HolderStatus::new(
+                    format!("{:x}", stat.ephemeral_owner),
+                    String::from_utf8_lossy(&data).into_owned(),
+                    token,
+                    Duration::ZERO,
+                ))
+            }
+            Err(zk::Error::NoNode) => None,
+            Err(e) => return Err(map_err(&self.url, e)),
+        };
+        let token = holder.as_ref().map(|h| h.token).unwrap_or(0);
+        let waiters = cs.len().saturating_sub(1) as u64;
+        Ok(Some(LockStatus::new(name, holder, waiters, token)))
+    }
+}
+
+pub(crate) async fn connect(url: &str, hosts: &str, session_timeout: Duration) -> Result<zk::Client> {
+    let fut = zk::Client::connector().with_session_timeout(session_timeout).connect(hosts);
+    match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
+        Ok(Ok(c)) => Ok(c),
+        Ok(Err(e)) => Err(Error::Unavailable { backend: url.to_string(), message: e.to_string() }),
+        Err(_) => Err(Error::Unavailable {
+            backend: url.to_string(),
+            message: format!("no session established within {CONNECT_TIMEOUT:?}"),
+        }),
+    }
+}
+
+#[async_trait::async_trait]
+impl locksmith_core::Backend for ZkBackend {
+    fn describe(&self) -> String {
+        self.url.clone()
+    }
+
+    /// Opens one ZooKeeper session with timeout `ttl`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a session opened by a dropped call is closed when its client is dropped.
+    async fn open_session(&self, ttl: Duration) -> Result<Box<dyn locksmith_core::Session>> {
+        let client = self.connect(ttl).await?;
+        let negotiated = client.session_timeout();
+        if negotiated != ttl {
+            return Err(Error::InvalidArgument(format!(
+                "ttl {ttl:?}: the ZooKeeper server at {} granted a session timeout of {negotiated:?} \
+                 (it clamps to its minSessionTimeout..maxSessionTimeout); choose a ttl in that range",
+                self.url
+            )));
+        }
+        Ok(Box::new(session::ZkSession::new(client, self.url.clone(), self.parsed.base.clone())))
+    }
+
+    /// Status of one lock, or of every lock directory under the base.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
+        let client = self.status_client().await?;
+        let base = &self.parsed.base;
+        if let Some(name) = name {
+            let dir = url::lock_dir(base, name);
+            let s = self.status_of(&client, &dir, name.as_str().to_string()).await?;
+            return Ok(vec![s.unwrap_or_else(|| LockStatus::new(name.as_str().to_string(), None, 0, 0))]);
+        }
+        let mut out = Vec::new();
+        let mut stack = vec![base.clone()];
+        let mut seen = 0usize;
+        while let Some(dir) = stack.pop() {
+            seen += 1;
+            if seen > MAX_STATUS_NODES {
+                break;
+            }
+            let children = match retry(|| client.list_children(&dir)).await {
+                Ok(c) => c,
+                Err(zk::Error::NoNode) => continue,
+                Err(e) => return Err(map_err(&self.url, e)),
+            };
+            let is_lock = !contenders(children.clone()).is_empty();
+            for c in &children {
+                if !layout::is_contender(c) {
+                    stack.push(format!("{dir}/{c}"));
+                }
+            }
+            if is_lock {
+                if let Some(name) = url::name_of(base, &dir) {
+                    if let Some(s) = self.status_of(&client, &dir, name).await? {
+                        out.push(s);
+                    }
+                }
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+}

@@ -1,0 +1,258 @@
+//! One ZooKeeper session: holds are ephemeral sequential nodes.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result};
+use zookeeper_client as zk;
+
+use crate::layout::{contenders, map_err, retry};
+use crate::url::lock_dir;
+
+/// How long `close` waits for the server to confirm the session's end.
+const CLOSE_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Debug, Clone)]
+struct Hold {
+    name: LockName,
+    owner: String,
+    token: u64,
+    path: String,
+}
+
+pub(crate) struct ZkSession {
+    client: Mutex<Option<zk::Client>>,
+    id: String,
+    url: String,
+    base: String,
+    holds: Mutex<Vec<Hold>>,
+}
+
+impl ZkSession {
+    pub(crate) fn new(client: zk::Client, url: String, base: String) -> Self {
+        let id = format!("{:x}", client.session_id().0);
+        Self { client: Mutex::new(Some(client)), id, url, base, holds: Mutex::new(Vec::new()) }
+    }
+
+    fn client(&self) -> Result<zk::Client> {
+        let c = self.client.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        match c {
+            Some(c) if c.state() == zk::SessionState::Expired => Err(Error::SessionExpired),
+            Some(c) => Ok(c),
+            None => Err(Error::SessionExpired),
+        }
+    }
+
+    fn err(&self, e: zk::Error) -> Error {
+        map_err(&self.url, e)
+    }
+
+    fn holds(&self) -> std::sync::MutexGuard<'_, Vec<Hold>> {
+        self.holds.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn uuid() -> String {
+    let b: [u8; 16] = rand::random();
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
+}
+
+/// Deletes our node when an acquisition ends without a grant (including a dropped future).
+struct Cleanup {
+    client: Option<zk::Client>,
+    dir: String,
+    marker: String,
+    path: Option<String>,
+}
+
+impl Cleanup {
+    fn disarm(&mut self) {
+        self.client = None;
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(client) = self.client.take() else { return };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (dir, marker, path) = (std::mem::take(&mut self.dir), std::mem::take(&mut self.marker), self.path.take());
+        rt.spawn(async move {
+            let _ = delete_ours(&client, &dir, &marker, path.as_deref()).await;
+        });
+    }
+}
+
+/// Deletes our node: by path when known, else by our uuid among the children.
+async fn delete_ours(
+    client: &zk::Client,
+    dir: &str,
+    marker: &str,
+    path: Option<&str>,
+) -> std::result::Result<(), zk::Error> {
+    let paths: Vec<String> = match path {
+        Some(p) => vec![p.to_string()],
+        None => match retry(|| client.list_children(dir)).await {
+            Ok(c) => c.into_iter().filter(|n| n.contains(marker)).map(|n| format!("{dir}/{n}")).collect(),
+            Err(zk::Error::NoNode) => Vec::new(),
+            Err(e) => return Err(e),
+        },
+    };
+    for p in paths {
+        match retry(|| client.delete(&p, None)).await {
+            Ok(()) | Err(zk::Error::NoNode) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[async_trait::async_trait]
+impl locksmith_core::Session for ZkSession {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// One read round trip plus an existence check per hold.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    async fn keep_alive(&self) -> Result<KeepAlive> {
+        let client = self.client()?;
+        retry(|| client.check_stat("/")).await.map_err(|e| self.err(e))?;
+        let holds = self.holds().clone();
+        let mut ka = KeepAlive::default();
+        for h in holds {
+            match retry(|| client.check_stat(&h.path)).await.map_err(|e| self.err(e))? {
+                Some(stat) if stat.ephemeral_owner == client.session_id().0 => {}
+                _ => {
+                    self.holds().retain(|x| x.path != h.path);
+                    ka.lost.push(LostHold::new(h.name.clone(), h.owner.clone(), h.token));
+                }
+            }
+        }
+        Ok(ka)
+    }
+
+    /// Creates our node, then waits (watching only the predecessor) until it is the lowest.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call deletes its node in a spawned task.
+    async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
+        let client = self.client()?;
+        let dir = lock_dir(&self.base, &req.name);
+        let marker = format!("_c_{}-lock-", uuid());
+        let prefix = format!("{dir}/{marker}");
+        let mut cleanup =
+            Cleanup { client: Some(client.clone()), dir: dir.clone(), marker: marker.clone(), path: None };
+        let node_opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
+        let dir_opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let mut attempts = 0;
+        let (path, token) = loop {
+            attempts += 1;
+            if attempts > 100 {
+                return Err(Error::Unavailable {
+                    backend: self.url.clone(),
+                    message: "cannot create the lock node".into(),
+                });
+            }
+            match client.create(&prefix, req.owner.as_bytes(), &node_opts).await {
+                Ok((stat, seq)) => break (format!("{prefix}{seq}"), stat.czxid),
+                Err(zk::Error::NoNode) => match client.mkdir(&dir, &dir_opts).await {
+                    Ok(()) | Err(zk::Error::ConnectionLoss) => {}
+                    Err(e) => return Err(self.err(e)),
+                },
+                Err(zk::Error::ConnectionLoss) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    // The create may have happened: find our node by its uuid.
+                    let found = match retry(|| client.list_children(&dir)).await {
+                        Ok(c) => c.into_iter().find(|n| n.starts_with(&marker)),
+                        Err(zk::Error::NoNode) => None,
+                        Err(e) => return Err(self.err(e)),
+                    };
+                    if let Some(n) = found {
+                        let p = format!("{dir}/{n}");
+                        match retry(|| client.check_stat(&p)).await.map_err(|e| self.err(e))? {
+                            Some(stat) => break (p, stat.czxid),
+                            None => continue,
+                        }
+                    }
+                }
+                Err(e) => return Err(self.err(e)),
+            }
+        };
+        cleanup.path = Some(path.clone());
+        let token = u64::try_from(token).unwrap_or(0);
+        let me = path.rsplit('/').next().unwrap_or_default().to_string();
+        loop {
+            let children = retry(|| client.list_children(&dir)).await.map_err(|e| self.err(e))?;
+            let cs = contenders(children);
+            let Some(pos) = cs.iter().position(|c| c.node == me) else {
+                cleanup.disarm();
+                return Err(Error::Lost(format!("lock node {path} vanished while waiting")));
+            };
+            if pos == 0 {
+                cleanup.disarm();
+                self.holds().push(Hold { name: req.name.clone(), owner: req.owner.clone(), token, path });
+                return Ok(Acquired::Granted { token });
+            }
+            if !req.wait {
+                return match retry(|| client.delete(&path, None)).await {
+                    Ok(()) | Err(zk::Error::NoNode) => {
+                        cleanup.disarm();
+                        Ok(Acquired::Busy)
+                    }
+                    Err(e) => Err(self.err(e)),
+                };
+            }
+            let pred = format!("{dir}/{}", cs[pos - 1].node);
+            match retry(|| client.check_and_watch_stat(&pred)).await.map_err(|e| self.err(e))? {
+                (None, _) => continue,
+                (Some(_), watcher) => {
+                    watcher.changed().await;
+                }
+            }
+        }
+    }
+
+    /// Deletes the hold's node (owner-checked: only a node this session created for
+    /// `(name, owner, token)`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe; the hold stays recorded until the delete is confirmed.
+    async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
+        let hold = self.holds().iter().find(|h| &h.name == name && h.owner == owner && h.token == token).cloned();
+        let Some(hold) = hold else { return Ok(false) };
+        let client = self.client()?;
+        let r = retry(|| client.delete(&hold.path, None)).await;
+        match r {
+            Ok(()) | Err(zk::Error::NoNode) => {
+                self.holds().retain(|h| h.path != hold.path);
+                Ok(r.is_ok())
+            }
+            Err(e) => Err(self.err(e)),
+        }
+    }
+
+    /// Closes the ZooKeeper session: its ephemeral nodes vanish.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    async fn close(&self) -> Result<()> {
+        self.holds().clear();
+        let c = self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(c) = c else { return Ok(()) };
+        // The library sends CloseSession once the last handle is gone (a pending cleanup of a
+        // dropped acquisition may hold one for a round trip): wait for it, so the ephemeral
+        // nodes are gone when this returns even if the process exits right after.
+        let mut state = c.state_watcher();
+        drop(c);
+        let _ = tokio::time::timeout(CLOSE_WAIT, async {
+            while !state.peek_state().is_terminated() {
+                state.changed().await;
+            }
+        })
+        .await;
+        Ok(())
+    }
+}

@@ -1,0 +1,144 @@
+//! `zk://host:port[,host:port…][/chroot]` and lock-name ↔ znode-path mapping.
+
+use locksmith_core::{Error, LockName, Result};
+
+/// Base path used when the URL names none.
+pub(crate) const DEFAULT_BASE: &str = "/locksmith";
+
+/// A parsed URL: the connect string (hosts only) and the base path of lock directories.
+#[derive(Debug, Clone)]
+pub(crate) struct ZkUrl {
+    pub(crate) hosts: String,
+    pub(crate) base: String,
+}
+
+fn bad(url: &str, reason: impl Into<String>) -> Error {
+    Error::InvalidUrl { url: url.to_string(), reason: reason.into() }
+}
+
+pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
+    let rest = url.strip_prefix("zk://").ok_or_else(|| bad(url, "expected zk://host:port[,host:port…][/path]"))?;
+    let (hosts, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    if hosts.is_empty() {
+        return Err(bad(url, "no host"));
+    }
+    for h in hosts.split(',') {
+        let (host, port) = h.rsplit_once(':').ok_or_else(|| bad(url, format!("{h:?}: expected host:port")))?;
+        if host.is_empty() || host.contains(['@', '?', '#', ' ']) {
+            return Err(bad(url, format!("{h:?}: bad host")));
+        }
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 => {}
+            _ => return Err(bad(url, format!("{h:?}: bad port"))),
+        }
+    }
+    if path.contains(['?', '#']) {
+        return Err(bad(url, "query strings are not supported"));
+    }
+    let trimmed = path.trim_end_matches('/');
+    let base = if trimmed.is_empty() {
+        DEFAULT_BASE.to_string()
+    } else {
+        for seg in trimmed[1..].split('/') {
+            if seg.is_empty() || seg == "." || seg == ".." || seg.chars().any(forbidden) {
+                return Err(bad(url, format!("bad path segment {seg:?}")));
+            }
+        }
+        if trimmed == "/zookeeper" || trimmed.starts_with("/zookeeper/") {
+            return Err(bad(url, "/zookeeper is reserved by ZooKeeper"));
+        }
+        trimmed.to_string()
+    };
+    Ok(ZkUrl { hosts: hosts.to_string(), base })
+}
+
+/// Characters ZooKeeper refuses in paths (besides `/`), and `%`, our escape character.
+fn forbidden(c: char) -> bool {
+    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}' | '%')
+}
+
+fn escape_segment(seg: &str) -> String {
+    if seg.is_empty() {
+        return "%".to_string();
+    }
+    let mut out = String::with_capacity(seg.len());
+    for c in seg.chars() {
+        if forbidden(c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    if out == "." || out == ".." {
+        out = out.replace('.', "%2E");
+    }
+    out
+}
+
+fn unescape_segment(seg: &str) -> Option<String> {
+    if seg == "%" {
+        return Some(String::new());
+    }
+    let bytes = seg.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = seg.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// The lock directory of `name`: `<base>/<name>`, each `/`-separated segment of the name kept
+/// as is unless ZooKeeper would refuse it (empty, `.`, `..`, `%` or characters ZooKeeper
+/// forbids), which are %-escaped.
+pub(crate) fn lock_dir(base: &str, name: &LockName) -> String {
+    let segs: Vec<String> = name.as_str().split('/').map(escape_segment).collect();
+    format!("{base}/{}", segs.join("/"))
+}
+
+/// The lock name of a lock directory (inverse of [`lock_dir`]).
+pub(crate) fn name_of(base: &str, dir: &str) -> Option<String> {
+    let rel = dir.strip_prefix(base)?.strip_prefix('/')?;
+    let segs: Option<Vec<String>> = rel.split('/').map(unescape_segment).collect();
+    segs.map(|s| s.join("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let u = parse("zk://127.0.0.1:2181").unwrap();
+        assert_eq!((u.hosts.as_str(), u.base.as_str()), ("127.0.0.1:2181", "/locksmith"));
+        let u = parse("zk://a:1,b:2/app/locks/").unwrap();
+        assert_eq!((u.hosts.as_str(), u.base.as_str()), ("a:1,b:2", "/app/locks"));
+        for bad in ["zk://", "zk://host", "zk://h:0", "zk://h:x", "redis://h:1", "zk://h:1/a//b", "zk://h:1/zookeeper"]
+        {
+            assert!(matches!(parse(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for n in ["a", "a/b/c", "a//b", "/x/", ".", "..", "50%", "é"] {
+            let name = LockName::new(n).unwrap();
+            let dir = lock_dir("/base", &name);
+            assert!(!dir.contains("//") && !dir.ends_with('/'), "{dir}");
+            assert_eq!(name_of("/base", &dir).as_deref(), Some(n));
+        }
+    }
+}

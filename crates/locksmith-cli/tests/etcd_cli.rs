@@ -120,7 +120,10 @@ async fn locksmith_holds_are_go_mutex_keys_seen_by_etcdctl() {
     let hex = keys[0].strip_prefix("layout/").unwrap_or_else(|| panic!("not under layout/: {keys:?}"));
     assert!(!hex.is_empty() && hex.chars().all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase()), "{hex}");
     let leases = server.etcdctl().args(["lease", "list"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&leases.stdout).lines().any(|l| l.trim() == hex), "lease {hex} not listed");
+    // `etcdctl lease list` zero-pads to 16 digits while Go's key uses plain `%x`: compare values.
+    let id = u64::from_str_radix(hex, 16).unwrap();
+    let listed = String::from_utf8_lossy(&leases.stdout).into_owned();
+    assert!(listed.lines().any(|l| u64::from_str_radix(l.trim(), 16).ok() == Some(id)), "lease {hex} not in {listed}");
     // etcdctl's own lock must wait for ours: its command has not run 1.5 s later.
     let mut blocked = server
         .etcdctl()

@@ -308,7 +308,10 @@ impl Client {
         // (a timeout or a cancelled `lock()`), so abandoned attempts leave no entry behind.
         let slot = self.slot(&key);
         let mut cleanup = SlotCleanup { client: self, key, slot, armed: true };
-        let result = self.acquire_in_slot(&cleanup.slot, name, owner, opts.lock_delay, wait, reentrant).await;
+        let attempt = self.acquire_in_slot(&cleanup.slot, name, owner, opts.lock_delay, wait, reentrant);
+        // A no-wait attempt, session opening included, must not hang on a server that stopped
+        // answering (e.g. paused): after one TTL it is given up as unavailable.
+        let result = if wait { attempt.await } else { self.bounded(self.inner.ttl, attempt).await };
         cleanup.armed = !matches!(result, Ok(Some(_)));
         result
     }
@@ -342,10 +345,7 @@ impl Client {
         let ctx = self.session().await?;
         let mut req = AcquireRequest::new(name.clone(), owner.clone(), wait);
         req.lock_delay = lock_delay;
-        // A no-wait attempt must not hang on a server that stopped answering (e.g. paused).
-        let attempt = ctx.session.acquire(req);
-        let answer = if wait { attempt.await } else { self.bounded(ctx.ttl, attempt).await };
-        let token = match answer {
+        let token = match ctx.session.acquire(req).await {
             Ok(Acquired::Granted { token }) => token,
             Ok(Acquired::Busy) => return Ok(None),
             Err(Error::SessionExpired) => {

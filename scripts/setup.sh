@@ -7,8 +7,11 @@ cd "$(dirname "$0")/.."
 # Real servers the driver tests start (never started as services: the tests run them), the
 # protobuf compiler etcd-client's build needs, and third-party lock clients for interop tests
 # (etcdctl; Apache Curator for Java, compiled by the ZooKeeper tests with the machine's javac).
+# PostgreSQL and MariaDB for the SQL driver tests; SQLite is linked from the system library
+# (sqlx's `sqlite-unbundled`), whose bindings bindgen generates with libclang at build time.
 packages=(
   redis-server
+  postgresql mariadb-server libsqlite3-dev libclang1-14 libclang-common-14-dev
   etcd-server etcd-client protobuf-compiler libprotobuf-dev
   zookeeper libzookeeper-java libcurator-recipes-java libcurator-framework-java libcurator-client-java
 )

@@ -66,25 +66,3 @@ fn redlock_run_needs_unfenced_and_gives_no_token() {
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
     assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "token=none");
 }
-
-/// `locksmith bench` prints the same table for the native server, Redis and Redlock in one run,
-/// with a ratio line per backend against the first.
-#[test]
-fn bench_measures_native_redis_and_redlock_in_one_table() {
-    let native = locksmith_testkit::NativeServer::start(BIN.as_ref());
-    let redis = RedisServer::start();
-    let instances: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
-    let redlock = format!("redlock://{}", instances.iter().map(RedisServer::addr).collect::<Vec<_>>().join(","));
-    let out = Command::new(BIN)
-        .args(["bench", "--duration", "200ms", "--clients", "3", "--locks", "4"])
-        .args(["--backend", &native.url(), "--backend", &redis.url(), "--backend", &redlock])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
-    for needle in ["cycle p50", "fairness", &native.url(), &redis.url(), "redlock://"] {
-        assert!(stdout.contains(needle), "{needle:?} missing from:\n{stdout}");
-    }
-    assert_eq!(stdout.matches('÷').count(), 2, "one ratio line per extra backend:\n{stdout}");
-}

@@ -4,15 +4,19 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod etcd;
+mod mysql;
 mod native;
 mod port;
+mod postgres;
 mod process;
 mod redis;
 mod zk;
 
 pub use etcd::EtcdServer;
+pub use mysql::{MySqlServer, MYSQL_SETUP};
 pub use native::NativeServer;
 pub use port::free_port;
+pub use postgres::{PostgresServer, POSTGRES_SETUP};
 pub use process::ChildProcess;
 pub use redis::{interop_python, RedisServer, REDIS_SETUP};
 pub use zk::ZkServer;

@@ -79,3 +79,40 @@ impl Drop for ChildProcess {
         self.kill9();
     }
 }
+
+/// A shell that kills `pid` (SIGKILL) and removes `dir` once the current (test) process is gone:
+/// a server shared by a whole test binary lives in a static and is never dropped.
+pub(crate) fn watchdog(name: &str, pid: i32, dir: &std::path::Path) -> ChildProcess {
+    let mut wd = Command::new("sh");
+    wd.arg("-c")
+        .arg(format!(
+            "while kill -0 {} 2>/dev/null; do sleep 1; done; kill -9 {pid} 2>/dev/null; sleep 1; rm -rf '{}'",
+            std::process::id(),
+            dir.display()
+        ))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    ChildProcess::spawn(&format!("{name} watchdog"), &mut wd)
+}
+
+/// `(uid, gid)` of a system account, e.g. `postgres`, via `id`.
+pub(crate) fn account(user: &str) -> Option<(u32, u32)> {
+    let id = |flag: &str| -> Option<u32> {
+        let out = Command::new("id").arg(flag).arg(user).output().ok()?;
+        String::from_utf8_lossy(&out.stdout).trim().parse().ok()
+    };
+    Some((id("-u")?, id("-g")?))
+}
+
+/// Runs `cmd` to completion; panics with its output when it fails.
+pub(crate) fn run_ok(what: &str, cmd: &mut Command) {
+    let out = cmd.output().unwrap_or_else(|e| panic!("cannot run {what} ({cmd:?}): {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}): {}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -23,6 +23,9 @@
 //! | `redlock://h1:p1,h2:p2,…[?options]` | Redlock over N independent Redis masters (no fencing tokens) | `redlock` |
 //! | `etcd://host:port[,host:port…]` | etcd v3, Go `concurrency.Mutex` layout (`etcdctl lock`) | `etcd` |
 //! | `zk://host:port[,host:port…][/path]` | ZooKeeper, Curator `InterProcessMutex` layout | `zk` |
+//! | `postgres://…`, `postgresql://…` | PostgreSQL lease table (`locksmith_locks`) with a fencing counter; `?mode=advisory`: advisory locks | `sql` |
+//! | `mysql://user[:pass]@host:port/db` | MySQL/MariaDB lease table with a fencing counter; `?mode=get_lock`: `GET_LOCK` | `sql` |
+//! | `sqlite://path` | SQLite file (created if missing) lease table with a fencing counter | `sql` |
 //!
 //! The contract every backend keeps (mutual exclusion within its fault model, no deadlock,
 //! owner-checked release, fencing tokens, a loss signal before anyone else can be granted,
@@ -66,9 +69,11 @@ pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
         "etcd" => Ok(Arc::new(locksmith_etcd::EtcdBackend::from_url(url)?)),
         #[cfg(feature = "zk")]
         "zk" => Ok(Arc::new(locksmith_zk::ZkBackend::from_url(url)?)),
+        #[cfg(feature = "sql")]
+        "postgres" | "postgresql" | "mysql" | "sqlite" => Ok(Arc::new(locksmith_sql::SqlBackend::from_url(url)?)),
         s if KNOWN_SCHEMES.contains(&s) => Err(bad(format!("the {scheme}:// backend is not built into this binary"))),
         other => Err(bad(format!(
-            "unknown scheme {other:?}; known: locksmith, memory, redis, redlock, etcd, zk (planned: postgres, mysql, sqlite)"
+            "unknown scheme {other:?}; known: locksmith, memory, redis, redlock, etcd, zk, postgres, postgresql, mysql, sqlite"
         ))),
     }
 }

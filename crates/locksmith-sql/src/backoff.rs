@@ -1,0 +1,65 @@
+//! The fallback timer of a waiter: jittered exponential backoff capped by the holder's remaining
+//! lease, so waiters retry soon after an expiry without busy polling or lock-step retries.
+
+use std::time::Duration;
+
+/// First delay.
+const MIN: Duration = Duration::from_millis(5);
+/// Largest delay.
+const MAX: Duration = Duration::from_millis(200);
+
+/// 5 ms doubling to 200 ms, each delay ±20 %.
+#[derive(Debug)]
+pub(crate) struct Backoff {
+    next: Duration,
+    max: Duration,
+}
+
+impl Backoff {
+    pub(crate) fn new() -> Self {
+        Self { next: MIN, max: MAX }
+    }
+
+    /// With a larger cap, for waiters that also get pushed wake-ups.
+    pub(crate) fn with_max(max: Duration) -> Self {
+        Self { next: MIN, max: max.max(MIN) }
+    }
+
+    /// Starts over from the smallest delay (after a wake-up: the lock just changed hands).
+    pub(crate) fn reset(&mut self) {
+        self.next = MIN;
+    }
+
+    /// The next delay, capped by the key's remaining time `pttl_ms` when it is known.
+    pub(crate) fn delay(&mut self, pttl_ms: i64) -> Duration {
+        let base = self.next;
+        self.next = (self.next * 2).min(self.max);
+        let jittered = base.mul_f64(rand::random_range(0.8..1.2));
+        match u64::try_from(pttl_ms) {
+            // +1 ms: wake just after the key expired, not just before.
+            Ok(ms) => jittered.min(Duration::from_millis(ms + 1)),
+            Err(_) => jittered,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Delays grow to the cap, stay jittered within ±20 %, and never exceed the key's TTL.
+    #[test]
+    fn grows_caps_and_jitters() {
+        let mut b = Backoff::new();
+        let first = b.delay(-1);
+        assert!(first >= Duration::from_millis(4) && first <= Duration::from_millis(6));
+        for _ in 0..20 {
+            b.delay(-1);
+        }
+        let d = b.delay(-1);
+        assert!(d >= MAX.mul_f64(0.8) && d <= MAX.mul_f64(1.2), "{d:?}");
+        assert!(b.delay(3) <= Duration::from_millis(4));
+        b.reset();
+        assert!(b.delay(-1) <= Duration::from_millis(6));
+    }
+}

@@ -1,0 +1,648 @@
+//! The lease table on each database: schema, the acquire transaction, owner-checked renewal and
+//! release, and status. Every expiry is computed by the database from its own clock.
+
+use std::future::Future;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use locksmith_core::{Error, Result};
+use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
+use sqlx::Row;
+
+use crate::notify::{Registration, Wakeups};
+use crate::url::{Config, Dialect, Options};
+
+/// Time to open a connection (or wait for a free one) before the database counts as unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest time one operation (a statement or the acquire transaction) may take.
+const OP_TIMEOUT: Duration = Duration::from_secs(8);
+/// Connections per backend.
+const MAX_CONNECTIONS: u32 = 5;
+/// Times an acquire transaction is retried at once after a deadlock or serialization failure.
+const MAX_TXN_RETRIES: u32 = 8;
+
+/// Milliseconds since the Unix epoch by SQLite's clock (`julianday('now')` has ms precision).
+macro_rules! sqlite_now_ms {
+    () => {
+        "CAST((julianday('now') - 2440587.5) * 86400000.0 AS INTEGER)"
+    };
+}
+
+/// PostgreSQL: `$n` milliseconds from the server's clock.
+macro_rules! pg_in_ms {
+    ($n:literal) => {
+        concat!("clock_timestamp() + ($", $n, "::float8 * interval '1 millisecond')")
+    };
+}
+
+/// The outcome of one acquire transaction.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The row is ours, with this token.
+    Granted(u64),
+    /// Held by someone else, whose lease has this many ms left (if the row was seen).
+    Busy(Option<i64>),
+}
+
+/// A live row as `status` reports it.
+#[derive(Debug, Clone)]
+pub(crate) struct Row0 {
+    pub(crate) name: String,
+    pub(crate) last_token: i64,
+    /// `(owner column, token, ms left)` of a live (unexpired) holder.
+    pub(crate) holder: Option<(String, i64, i64)>,
+}
+
+/// A connection outside the pool: a session-scoped lock lives exactly as long as it.
+#[derive(Debug)]
+pub(crate) enum Dedicated {
+    Postgres(sqlx::PgConnection),
+    MySql(sqlx::MySqlConnection),
+}
+
+#[derive(Debug, Clone)]
+enum Pool {
+    Postgres(PgPool),
+    MySql(MySqlPool),
+    Sqlite(SqlitePool),
+}
+
+/// The database of one backend: a pool created on first use, and the schema created once.
+#[derive(Debug)]
+pub(crate) struct Db {
+    config: Config,
+    pool: OnceLock<Pool>,
+    schema: tokio::sync::OnceCell<()>,
+    wakeups: Arc<Wakeups>,
+}
+
+impl Db {
+    pub(crate) fn new(config: Config) -> Self {
+        Self { config, pool: OnceLock::new(), schema: tokio::sync::OnceCell::new(), wakeups: Arc::default() }
+    }
+
+    pub(crate) fn describe(&self) -> &str {
+        &self.config.describe
+    }
+
+    pub(crate) fn mode(&self) -> crate::url::Mode {
+        self.config.mode
+    }
+
+    /// A connection of its own (not from the pool), for a session-scoped lock.
+    pub(crate) async fn connect_dedicated(&self) -> Result<Dedicated> {
+        use sqlx::ConnectOptions;
+        // The counter table must exist before the first grant.
+        self.pool().await?;
+        let r = match &self.config.options {
+            Options::Postgres(o) => {
+                tokio::time::timeout(CONNECT_TIMEOUT, o.connect()).await.map(|r| r.map(Dedicated::Postgres))
+            }
+            Options::MySql(o) => {
+                tokio::time::timeout(CONNECT_TIMEOUT, o.connect()).await.map(|r| r.map(Dedicated::MySql))
+            }
+            Options::Sqlite(_) => {
+                return Err(Error::Protocol("sqlite: no session-scoped locks".into()));
+            }
+        };
+        match r {
+            Ok(r) => r.map_err(|e| self.err(e)),
+            Err(_) => Err(Error::Unavailable {
+                backend: self.describe().to_string(),
+                message: format!("{}: no connection within {CONNECT_TIMEOUT:?}", self.dialect().label()),
+            }),
+        }
+    }
+
+    /// Runs one operation on a dedicated connection with the operation timeout.
+    pub(crate) async fn on<T>(&self, f: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T> {
+        match tokio::time::timeout(OP_TIMEOUT, f).await {
+            Ok(r) => r.map_err(|e| self.err(e)),
+            Err(_) => Err(Error::Unavailable {
+                backend: self.describe().to_string(),
+                message: format!("{}: no answer within {OP_TIMEOUT:?}", self.dialect().label()),
+            }),
+        }
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        self.config.dialect()
+    }
+
+    /// Maps a driver error: connection trouble is [`Error::Unavailable`], the rest names the
+    /// database.
+    fn err(&self, e: sqlx::Error) -> Error {
+        let label = self.dialect().label();
+        let unavailable = match &e {
+            sqlx::Error::Io(_)
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::WorkerCrashed
+            | sqlx::Error::Protocol(_) => true,
+            // SQLite: still busy (another process's write) after the busy timeout.
+            sqlx::Error::Database(d) => {
+                matches!(d.code().as_deref(), Some("5" | "6" | "57P01" | "57P02" | "57P03" | "08006" | "08001"))
+            }
+            _ => false,
+        };
+        match unavailable {
+            true => Error::Unavailable { backend: self.describe().to_string(), message: format!("{label}: {e}") },
+            false => Error::Backend(format!("{label}: {e}")),
+        }
+    }
+
+    /// Runs `f` with the operation timeout, again after a deadlock, a serialization failure or
+    /// SQLite's immediate `SQLITE_BUSY` (a read transaction that cannot upgrade, a journal-mode
+    /// switch by another connection).
+    async fn timed<T, F, Fut>(&self, f: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        let run = async {
+            let mut retries = 0;
+            loop {
+                match f().await {
+                    Err(e) if retries < MAX_TXN_RETRIES && retryable(&e) => {
+                        retries += 1;
+                        tokio::time::sleep(Duration::from_millis(rand::random_range(1..10) * u64::from(retries))).await;
+                    }
+                    r => return r,
+                }
+            }
+        };
+        match tokio::time::timeout(OP_TIMEOUT, run).await {
+            Ok(r) => r.map_err(|e| self.err(e)),
+            Err(_) => Err(Error::Unavailable {
+                backend: self.describe().to_string(),
+                message: format!("{}: no answer within {OP_TIMEOUT:?}", self.dialect().label()),
+            }),
+        }
+    }
+
+    fn raw_pool(&self) -> &Pool {
+        self.pool.get_or_init(|| match &self.config.options {
+            Options::Postgres(o) => Pool::Postgres(
+                PgPoolOptions::new()
+                    .max_connections(MAX_CONNECTIONS)
+                    .acquire_timeout(CONNECT_TIMEOUT)
+                    .idle_timeout(Duration::from_secs(60))
+                    .connect_lazy_with(o.clone().options([("statement_timeout", "5s")])),
+            ),
+            Options::MySql(o) => Pool::MySql(
+                MySqlPoolOptions::new()
+                    .max_connections(MAX_CONNECTIONS)
+                    .acquire_timeout(CONNECT_TIMEOUT)
+                    .idle_timeout(Duration::from_secs(60))
+                    .connect_lazy_with(o.clone()),
+            ),
+            Options::Sqlite(o) => Pool::Sqlite(
+                SqlitePoolOptions::new()
+                    .max_connections(MAX_CONNECTIONS)
+                    .acquire_timeout(crate::url::SQLITE_BUSY_TIMEOUT + CONNECT_TIMEOUT)
+                    .idle_timeout(Duration::from_secs(60))
+                    .connect_lazy_with(o.clone()),
+            ),
+        })
+    }
+
+    /// The pool, with the schema in place.
+    async fn pool(&self) -> Result<&Pool> {
+        let pool = self.raw_pool();
+        self.schema.get_or_try_init(|| self.timed(move || create_schema(pool))).await?;
+        Ok(pool)
+    }
+
+    /// A wake-up registration for a waiter on `name` (PostgreSQL only: LISTEN/NOTIFY), starting
+    /// the backend's listener on first use.
+    pub(crate) async fn register_waiter(&self, name: &str) -> Result<Option<Registration>> {
+        match self.pool().await? {
+            Pool::Postgres(p) => {
+                self.wakeups.start(p);
+                Ok(Some(self.wakeups.register(name)))
+            }
+            Pool::MySql(_) | Pool::Sqlite(_) => Ok(None),
+        }
+    }
+
+    /// One round trip (and the schema on first use).
+    pub(crate) async fn ping(&self) -> Result<()> {
+        let pool = self.pool().await?;
+        self.timed(move || async move {
+            match pool {
+                Pool::Postgres(p) => sqlx::query("SELECT 1").execute(p).await.map(drop),
+                Pool::MySql(p) => sqlx::query("SELECT 1").execute(p).await.map(drop),
+                Pool::Sqlite(p) => sqlx::query("SELECT 1").execute(p).await.map(drop),
+            }
+        })
+        .await
+    }
+
+    /// One acquire transaction: bump the fencing counter, delete an expired row, insert ours.
+    /// A busy lock rolls everything back, the counter included.
+    pub(crate) async fn try_acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Attempt> {
+        let pool = self.pool().await?;
+        let (token, attempt) = self.timed(move || acquire_txn(pool, name, owner, ttl_ms)).await?;
+        match attempt {
+            Attempt::Granted(_) => u64::try_from(token).map(Attempt::Granted).map_err(|_| {
+                Error::Protocol(format!(
+                    "{}: fencing counter of {name:?} is negative ({token})",
+                    self.dialect().label()
+                ))
+            }),
+            busy => Ok(busy),
+        }
+    }
+
+    /// Owner-checked renewal: `expires_at = now + ttl` by the database clock. False: not ours.
+    pub(crate) async fn renew(&self, name: &str, owner: &str, token: u64, ttl_ms: i64) -> Result<bool> {
+        let pool = self.pool().await?;
+        let token = i64::try_from(token).unwrap_or(i64::MAX);
+        let n = self
+            .timed(move || async move {
+                match pool {
+                    Pool::Postgres(p) => sqlx::query(concat!(
+                        "UPDATE locksmith_locks SET expires_at = ",
+                        pg_in_ms!("4"),
+                        " WHERE name = $1 AND owner = $2 AND token = $3"
+                    ))
+                    .bind(name)
+                    .bind(owner)
+                    .bind(token)
+                    .bind(ttl_ms)
+                    .execute(p)
+                    .await
+                    .map(|r| r.rows_affected()),
+                    Pool::MySql(p) => sqlx::query(
+                        "UPDATE locksmith_locks SET expires_at = NOW(6) + INTERVAL ? MICROSECOND \
+                         WHERE name = ? AND owner = ? AND token = ?",
+                    )
+                    .bind(ttl_ms.saturating_mul(1000))
+                    .bind(name)
+                    .bind(owner)
+                    .bind(token)
+                    .execute(p)
+                    .await
+                    .map(|r| r.rows_affected()),
+                    Pool::Sqlite(p) => sqlx::query(concat!(
+                        "UPDATE locksmith_locks SET expires_at = ",
+                        sqlite_now_ms!(),
+                        " + ?4 WHERE name = ?1 AND owner = ?2 AND token = ?3"
+                    ))
+                    .bind(name)
+                    .bind(owner)
+                    .bind(token)
+                    .bind(ttl_ms)
+                    .execute(p)
+                    .await
+                    .map(|r| r.rows_affected()),
+                }
+            })
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Owner-checked release. True: the row was ours and is gone.
+    pub(crate) async fn release(&self, name: &str, owner: &str, token: u64) -> Result<bool> {
+        let pool = self.pool().await?;
+        let token = i64::try_from(token).unwrap_or(i64::MAX);
+        let n = self
+            .timed(move || async move {
+                match pool {
+                    Pool::Postgres(p) => sqlx::query(
+                        "WITH d AS (DELETE FROM locksmith_locks WHERE name = $1 AND owner = $2 AND token = $3 \
+                         RETURNING name) SELECT pg_notify('locksmith', name) FROM d",
+                    )
+                    .bind(name)
+                    .bind(owner)
+                    .bind(token)
+                    .fetch_all(p)
+                    .await
+                    .map(|r| r.len() as u64),
+                    Pool::MySql(p) => {
+                        sqlx::query("DELETE FROM locksmith_locks WHERE name = ? AND owner = ? AND token = ?")
+                            .bind(name)
+                            .bind(owner)
+                            .bind(token)
+                            .execute(p)
+                            .await
+                            .map(|r| r.rows_affected())
+                    }
+                    Pool::Sqlite(p) => {
+                        sqlx::query("DELETE FROM locksmith_locks WHERE name = ?1 AND owner = ?2 AND token = ?3")
+                            .bind(name)
+                            .bind(owner)
+                            .bind(token)
+                            .execute(p)
+                            .await
+                            .map(|r| r.rows_affected())
+                    }
+                }
+            })
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Deletes the row of `owner` whatever its token (cleanup of an attempt whose outcome was
+    /// never seen; owner columns are unique per attempt).
+    pub(crate) async fn delete_owner(&self, name: &str, owner: &str) -> Result<bool> {
+        let pool = self.pool().await?;
+        let n = self
+            .timed(move || async move {
+                match pool {
+                    Pool::Postgres(p) => sqlx::query(
+                        "WITH d AS (DELETE FROM locksmith_locks WHERE name = $1 AND owner = $2 RETURNING name) \
+                         SELECT pg_notify('locksmith', name) FROM d",
+                    )
+                    .bind(name)
+                    .bind(owner)
+                    .fetch_all(p)
+                    .await
+                    .map(|r| r.len() as u64),
+                    Pool::MySql(p) => sqlx::query("DELETE FROM locksmith_locks WHERE name = ? AND owner = ?")
+                        .bind(name)
+                        .bind(owner)
+                        .execute(p)
+                        .await
+                        .map(|r| r.rows_affected()),
+                    Pool::Sqlite(p) => sqlx::query("DELETE FROM locksmith_locks WHERE name = ?1 AND owner = ?2")
+                        .bind(name)
+                        .bind(owner)
+                        .execute(p)
+                        .await
+                        .map(|r| r.rows_affected()),
+                }
+            })
+            .await?;
+        Ok(n > 0)
+    }
+
+    /// Every lock that ever had a token (`name == None`) or one lock, with its live holder.
+    pub(crate) async fn status(&self, name: Option<&str>) -> Result<Vec<Row0>> {
+        let pool = self.pool().await?;
+        // `name IS NULL` selects all: one statement for both cases.
+        let rows = self
+            .timed(move || async move {
+                match pool {
+                    Pool::Postgres(p) => {
+                        let rows = sqlx::query(
+                            "SELECT f.name, f.token, l.owner, l.token AS held, \
+                             (EXTRACT(EPOCH FROM (l.expires_at - clock_timestamp())) * 1000)::bigint AS left_ms \
+                             FROM locksmith_fence f LEFT JOIN locksmith_locks l \
+                             ON l.name = f.name AND l.expires_at >= clock_timestamp() \
+                             WHERE $1::text IS NULL OR f.name = $1 ORDER BY f.name",
+                        )
+                        .bind(name)
+                        .fetch_all(p)
+                        .await?;
+                        rows.iter().map(decode).collect::<Result<Vec<_>, sqlx::Error>>()
+                    }
+                    Pool::MySql(p) => {
+                        let rows = sqlx::query(
+                            "SELECT f.name, f.token, l.owner, l.token AS held, \
+                             CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.expires_at) DIV 1000 AS SIGNED) AS left_ms \
+                             FROM locksmith_fence f LEFT JOIN locksmith_locks l \
+                             ON l.name = f.name AND l.expires_at >= NOW(6) \
+                             WHERE ? IS NULL OR f.name = ? ORDER BY f.name",
+                        )
+                        .bind(name)
+                        .bind(name)
+                        .fetch_all(p)
+                        .await?;
+                        rows.iter().map(decode).collect::<Result<Vec<_>, sqlx::Error>>()
+                    }
+                    Pool::Sqlite(p) => {
+                        let rows = sqlx::query(concat!(
+                            "SELECT f.name, f.token, l.owner, l.token AS held, l.expires_at - ",
+                            sqlite_now_ms!(),
+                            " AS left_ms FROM locksmith_fence f LEFT JOIN locksmith_locks l \
+                             ON l.name = f.name AND l.expires_at >= ",
+                            sqlite_now_ms!(),
+                            " WHERE ?1 IS NULL OR f.name = ?1 ORDER BY f.name"
+                        ))
+                        .bind(name)
+                        .fetch_all(p)
+                        .await?;
+                        rows.iter().map(decode).collect::<Result<Vec<_>, sqlx::Error>>()
+                    }
+                }
+            })
+            .await?;
+        Ok(rows)
+    }
+}
+
+/// Worth retrying at once: deadlock, serialization failure, SQLite busy/locked without wait.
+fn retryable(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(d) => matches!(d.code().as_deref(), Some("40001" | "40P01" | "5" | "6" | "517" | "262")),
+        _ => false,
+    }
+}
+
+fn decode<R: Row>(r: &R) -> Result<Row0, sqlx::Error>
+where
+    usize: sqlx::ColumnIndex<R>,
+    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
+{
+    let name: String = r.try_get(0)?;
+    let last_token: i64 = r.try_get(1)?;
+    let owner: Option<String> = r.try_get(2)?;
+    let held: Option<i64> = r.try_get(3)?;
+    let left: Option<i64> = r.try_get(4)?;
+    let holder = match (owner, held) {
+        (Some(o), Some(t)) => Some((o, t, left.unwrap_or(0).max(0))),
+        _ => None,
+    };
+    Ok(Row0 { name, last_token, holder })
+}
+
+/// Creates both tables if missing. On PostgreSQL under a transaction-scoped advisory lock:
+/// concurrent `CREATE TABLE IF NOT EXISTS` there can fail with a unique violation.
+async fn create_schema(pool: &Pool) -> Result<(), sqlx::Error> {
+    match pool {
+        Pool::Postgres(p) => {
+            let mut tx = p.begin().await?;
+            sqlx::query("SELECT pg_advisory_xact_lock(7531753175317531)").execute(&mut *tx).await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS locksmith_locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, \
+                 token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)",
+            )
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("CREATE TABLE IF NOT EXISTS locksmith_fence (name TEXT PRIMARY KEY, token BIGINT NOT NULL)")
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await
+        }
+        Pool::MySql(p) => {
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS locksmith_locks (\
+                 name VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
+                 owner VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
+                 token BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL) ENGINE=InnoDB",
+            )
+            .execute(p)
+            .await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS locksmith_fence (\
+                 name VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
+                 token BIGINT NOT NULL) ENGINE=InnoDB",
+            )
+            .execute(p)
+            .await
+            .map(drop)
+        }
+        Pool::Sqlite(p) => {
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS locksmith_locks (name TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL, \
+                 token INTEGER NOT NULL, expires_at INTEGER NOT NULL)",
+            )
+            .execute(p)
+            .await?;
+            sqlx::query(
+                "CREATE TABLE IF NOT EXISTS locksmith_fence (name TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL)",
+            )
+            .execute(p)
+            .await
+            .map(drop)
+        }
+    }
+}
+
+/// The acquire transaction. Returns the bumped counter and the outcome; a busy outcome was
+/// rolled back (so was the bump).
+async fn acquire_txn(pool: &Pool, name: &str, owner: &str, ttl_ms: i64) -> Result<(i64, Attempt), sqlx::Error> {
+    match pool {
+        Pool::Postgres(p) => {
+            let mut tx = p.begin().await?;
+            // The counter row lock serializes acquirers of this name until commit/rollback.
+            let token: i64 = sqlx::query_scalar(
+                "INSERT INTO locksmith_fence (name, token) VALUES ($1, 1) \
+                 ON CONFLICT (name) DO UPDATE SET token = locksmith_fence.token + 1 RETURNING token",
+            )
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query("DELETE FROM locksmith_locks WHERE name = $1 AND expires_at < clock_timestamp()")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+            let inserted = sqlx::query(concat!(
+                "INSERT INTO locksmith_locks (name, owner, token, expires_at) VALUES ($1, $2, $3, ",
+                pg_in_ms!("4"),
+                ") ON CONFLICT (name) DO NOTHING"
+            ))
+            .bind(name)
+            .bind(owner)
+            .bind(token)
+            .bind(ttl_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                tx.commit().await?;
+                return Ok((token, Attempt::Granted(0)));
+            }
+            let left: Option<i64> = sqlx::query_scalar(
+                "SELECT (EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000)::bigint \
+                 FROM locksmith_locks WHERE name = $1",
+            )
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+            tx.rollback().await?;
+            Ok((token, Attempt::Busy(left)))
+        }
+        Pool::MySql(p) => {
+            let mut tx = p.begin().await?;
+            sqlx::query(
+                "INSERT INTO locksmith_fence (name, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token + 1",
+            )
+            .bind(name)
+            .execute(&mut *tx)
+            .await?;
+            let token: i64 = sqlx::query_scalar("SELECT token FROM locksmith_fence WHERE name = ? FOR UPDATE")
+                .bind(name)
+                .fetch_one(&mut *tx)
+                .await?;
+            sqlx::query("DELETE FROM locksmith_locks WHERE name = ? AND expires_at < NOW(6)")
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+            let inserted = sqlx::query(
+                "INSERT INTO locksmith_locks (name, owner, token, expires_at) \
+                 VALUES (?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
+            )
+            .bind(name)
+            .bind(owner)
+            .bind(token)
+            .bind(ttl_ms.saturating_mul(1000))
+            .execute(&mut *tx)
+            .await;
+            match inserted {
+                Ok(_) => {
+                    tx.commit().await?;
+                    Ok((token, Attempt::Granted(0)))
+                }
+                Err(sqlx::Error::Database(d)) if d.is_unique_violation() => {
+                    let left: Option<i64> = sqlx::query_scalar(
+                        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) DIV 1000 AS SIGNED) \
+                         FROM locksmith_locks WHERE name = ?",
+                    )
+                    .bind(name)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    tx.rollback().await?;
+                    Ok((token, Attempt::Busy(left)))
+                }
+                Err(e) => Err(e),
+            }
+        }
+        Pool::Sqlite(p) => {
+            // IMMEDIATE: take the write lock up front, so two processes never deadlock upgrading.
+            let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
+            let token: i64 = sqlx::query_scalar(
+                "INSERT INTO locksmith_fence (name, token) VALUES (?1, 1) \
+                 ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token",
+            )
+            .bind(name)
+            .fetch_one(&mut *tx)
+            .await?;
+            sqlx::query(concat!("DELETE FROM locksmith_locks WHERE name = ?1 AND expires_at < ", sqlite_now_ms!()))
+                .bind(name)
+                .execute(&mut *tx)
+                .await?;
+            let inserted = sqlx::query(concat!(
+                "INSERT INTO locksmith_locks (name, owner, token, expires_at) VALUES (?1, ?2, ?3, ",
+                sqlite_now_ms!(),
+                " + ?4) ON CONFLICT (name) DO NOTHING"
+            ))
+            .bind(name)
+            .bind(owner)
+            .bind(token)
+            .bind(ttl_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+            if inserted == 1 {
+                tx.commit().await?;
+                return Ok((token, Attempt::Granted(0)));
+            }
+            let left: Option<i64> = sqlx::query_scalar(concat!(
+                "SELECT expires_at - ",
+                sqlite_now_ms!(),
+                " FROM locksmith_locks WHERE name = ?1"
+            ))
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await?;
+            tx.rollback().await?;
+            Ok((token, Attempt::Busy(left)))
+        }
+    }
+}

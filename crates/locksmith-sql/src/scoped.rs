@@ -1,0 +1,265 @@
+//! Session-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`) and MySQL/MariaDB
+//! `GET_LOCK` (`?mode=get_lock`). Each hold owns a dedicated connection; the database frees the
+//! lock when that connection ends, so a crashed or partitioned holder loses it as soon as the
+//! server notices the connection is gone (TCP keep-alive or the server's timeouts), not after
+//! a TTL. The fencing token is bumped in `locksmith_fence` on the holding connection, after the
+//! lock was granted.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use async_trait::async_trait;
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
+use tokio::sync::Mutex as AsyncMutex;
+
+use crate::backoff::Backoff;
+use crate::db::{Db, Dedicated};
+
+/// The advisory-lock key of a name: a 64-bit hash computed by the server (names whose hashes
+/// collide share one lock: over-exclusion, never under-exclusion).
+macro_rules! pg_key {
+    () => {
+        "hashtextextended($1, 0)"
+    };
+}
+/// `GET_LOCK` names are at most 64 characters: longer names are hashed (SHA-256, 64 hex).
+macro_rules! my_name {
+    () => {
+        "IF(CHAR_LENGTH(?) <= 64, ?, SHA2(?, 256))"
+    };
+}
+
+type Conn = Arc<AsyncMutex<Dedicated>>;
+type Holds = HashMap<(LockName, String), (Conn, u64)>;
+
+/// One session whose holds are database sessions.
+pub(crate) struct ScopedSession {
+    db: Arc<Db>,
+    id: String,
+    holds: Mutex<Holds>,
+    closed: AtomicBool,
+}
+
+impl ScopedSession {
+    pub(crate) fn new(db: Arc<Db>) -> Self {
+        let id = format!("{:016x}", rand::random::<u64>());
+        Self { db, id, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
+    }
+
+    fn holds(&self) -> MutexGuard<'_, Holds> {
+        self.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Tries the lock once on `conn` (never blocks in the server).
+    async fn try_lock(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+        self.db
+            .on(async {
+                match conn {
+                    Dedicated::Postgres(c) => {
+                        sqlx::query_scalar::<_, bool>(concat!("SELECT pg_try_advisory_lock(", pg_key!(), ")"))
+                            .bind(name)
+                            .fetch_one(c)
+                            .await
+                    }
+                    Dedicated::MySql(c) => {
+                        sqlx::query_scalar::<_, Option<i64>>(concat!("SELECT GET_LOCK(", my_name!(), ", 0)"))
+                            .bind(name)
+                            .bind(name)
+                            .bind(name)
+                            .fetch_one(c)
+                            .await
+                            .map(|v| v == Some(1))
+                    }
+                }
+            })
+            .await
+    }
+
+    /// Bumps the counter on the holding connection and returns the new value.
+    async fn bump(&self, conn: &mut Dedicated, name: &str) -> Result<u64> {
+        let token = self
+            .db
+            .on(async {
+                match conn {
+                    Dedicated::Postgres(c) => {
+                        sqlx::query_scalar::<_, i64>(
+                            "INSERT INTO locksmith_fence (name, token) VALUES ($1, 1) \
+                             ON CONFLICT (name) DO UPDATE SET token = locksmith_fence.token + 1 RETURNING token",
+                        )
+                        .bind(name)
+                        .fetch_one(c)
+                        .await
+                    }
+                    Dedicated::MySql(c) => {
+                        sqlx::query(
+                            "INSERT INTO locksmith_fence (name, token) VALUES (?, LAST_INSERT_ID(1)) \
+                             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)",
+                        )
+                        .bind(name)
+                        .execute(&mut *c)
+                        .await?;
+                        sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)").fetch_one(&mut *c).await
+                    }
+                }
+            })
+            .await?;
+        u64::try_from(token).map_err(|_| {
+            Error::Protocol(format!("{}: fencing counter of {name:?} is negative ({token})", self.db.dialect().label()))
+        })
+    }
+
+    /// Whether `conn` is alive and still holds `name`.
+    async fn still_held(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+        self.db
+            .on(async {
+                match conn {
+                    // An advisory lock is only freed by its own session (unlock) or its end.
+                    Dedicated::Postgres(c) => sqlx::query_scalar::<_, i32>("SELECT 1").fetch_one(c).await.map(|_| true),
+                    Dedicated::MySql(c) => sqlx::query_scalar::<_, Option<i64>>(concat!(
+                        "SELECT CAST(IS_USED_LOCK(",
+                        my_name!(),
+                        ") = CONNECTION_ID() AS SIGNED)"
+                    ))
+                    .bind(name)
+                    .bind(name)
+                    .bind(name)
+                    .fetch_one(c)
+                    .await
+                    .map(|v| v == Some(1)),
+                }
+            })
+            .await
+    }
+
+    async fn unlock(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+        self.db
+            .on(async {
+                match conn {
+                    Dedicated::Postgres(c) => {
+                        sqlx::query_scalar::<_, bool>(concat!("SELECT pg_advisory_unlock(", pg_key!(), ")"))
+                            .bind(name)
+                            .fetch_one(c)
+                            .await
+                    }
+                    Dedicated::MySql(c) => {
+                        sqlx::query_scalar::<_, Option<i64>>(concat!("SELECT RELEASE_LOCK(", my_name!(), ")"))
+                            .bind(name)
+                            .bind(name)
+                            .bind(name)
+                            .fetch_one(c)
+                            .await
+                            .map(|v| v == Some(1))
+                    }
+                }
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl Session for ScopedSession {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// Checks every hold's connection (and on MySQL that it still owns the lock); a dead
+    /// connection means the database has freed, or will free, the lock: reported lost.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    async fn keep_alive(&self) -> Result<KeepAlive> {
+        let snapshot: Vec<_> = self.holds().iter().map(|(k, (c, t))| (k.clone(), c.clone(), *t)).collect();
+        let mut out = KeepAlive::default();
+        if snapshot.is_empty() {
+            self.db.ping().await?;
+            return Ok(out);
+        }
+        for ((name, owner), conn, token) in snapshot {
+            let held = {
+                let mut c = conn.lock().await;
+                self.still_held(&mut c, name.as_str()).await
+            };
+            if matches!(held, Ok(true)) {
+                continue;
+            }
+            let mut holds = self.holds();
+            if holds.get(&(name.clone(), owner.clone())).is_some_and(|(c, _)| Arc::ptr_eq(c, &conn)) {
+                holds.remove(&(name.clone(), owner.clone()));
+                tracing::warn!(%name, token, "the connection holding the lock is gone");
+                out.lost.push(LostHold::new(name, owner, token));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Opens a dedicated connection and tries the lock on it (`pg_try_advisory_lock` /
+    /// `GET_LOCK(name, 0)`), polling with a jittered exponential backoff while waiting.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped acquisition drops its connection, and the database frees a lock
+    /// taken on it.
+    async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::SessionExpired);
+        }
+        if req.lock_delay.is_some() {
+            return Err(Error::InvalidArgument("the sql backends do not support lock-delay".into()));
+        }
+        let key = (req.name.clone(), req.owner.clone());
+        let stale = self.holds().remove(&key);
+        if let Some((conn, _)) = stale {
+            let mut c = conn.lock().await;
+            let _ = self.unlock(&mut c, req.name.as_str()).await;
+        }
+        let name = req.name.as_str();
+        let mut conn = self.db.connect_dedicated().await?;
+        let mut backoff = Backoff::new();
+        loop {
+            if self.try_lock(&mut conn, name).await? {
+                let token = self.bump(&mut conn, name).await?;
+                if self.closed.load(Ordering::SeqCst) {
+                    return Err(Error::SessionExpired);
+                }
+                self.holds().insert(key, (Arc::new(AsyncMutex::new(conn)), token));
+                return Ok(Acquired::Granted { token });
+            }
+            if !req.wait {
+                return Ok(Acquired::Busy);
+            }
+            tokio::time::sleep(backoff.delay(-1)).await;
+        }
+    }
+
+    /// Unlocks on the holding connection, then closes it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if dropped, the connection is dropped and the database frees the lock.
+    async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
+        let key = (name.clone(), owner.to_string());
+        let conn = {
+            let mut holds = self.holds();
+            match holds.get(&key) {
+                Some((_, t)) if *t == token => holds.remove(&key).map(|(c, _)| c),
+                _ => None,
+            }
+        };
+        let Some(conn) = conn else { return Ok(false) };
+        let mut c = conn.lock().await;
+        self.unlock(&mut c, name.as_str()).await
+    }
+
+    /// Releases every hold (closing its connection).
+    ///
+    /// # Cancel safety
+    /// Cancel safe; dropped connections free their locks.
+    async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::SeqCst);
+        let holds: Vec<_> = self.holds().drain().collect();
+        for ((name, _), (conn, _)) in holds {
+            let mut c = conn.lock().await;
+            let _ = self.unlock(&mut c, name.as_str()).await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,226 @@
+//! A session: SQL has no lease of its own here, so a session is an id plus the holds it renews.
+//! Each lock row carries its own `expires_at`; the engine's keep-alive renews every hold,
+//! owner-checked.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
+
+use crate::backoff::Backoff;
+use crate::db::{Attempt, Db};
+
+/// Consecutive connection failures a waiting acquisition tolerates before giving up.
+const MAX_WAIT_FAILURES: u32 = 3;
+
+/// Largest fallback delay of a waiter that also gets NOTIFY wake-ups (PostgreSQL); always
+/// capped by the holder's remaining lease.
+const PUSHED_FALLBACK: Duration = Duration::from_secs(1);
+
+/// `(lock, owner id as the engine names it)` → `(owner column, token)`.
+type Holds = HashMap<(LockName, String), (String, u64)>;
+
+/// One session on a SQL backend.
+pub(crate) struct SqlSession {
+    db: Arc<Db>,
+    id: String,
+    ttl_ms: i64,
+    holds: Mutex<Holds>,
+    closed: AtomicBool,
+}
+
+/// Deletes the row of an attempt whose outcome was never seen (dropped future, error while the
+/// transaction may have committed). The owner column is unique per attempt, so the delete can
+/// never hit a later hold.
+struct Cleanup {
+    db: Arc<Db>,
+    name: String,
+    owner: String,
+    armed: bool,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
+        let (db, name, owner) = (self.db.clone(), std::mem::take(&mut self.name), std::mem::take(&mut self.owner));
+        rt.spawn(async move {
+            if let Err(e) = db.delete_owner(&name, &owner).await {
+                tracing::warn!(%name, error = %e, "cleanup of an unfinished acquisition failed; the lease expires it");
+            }
+        });
+    }
+}
+
+impl SqlSession {
+    pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
+        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
+        let id = format!("{:016x}", rand::random::<u64>());
+        Self { db, id, ttl_ms, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
+    }
+
+    fn holds(&self) -> MutexGuard<'_, Holds> {
+        self.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The owner column of one attempt: `<session>:<nonce>:<owner>`.
+    fn column(&self, owner: &str) -> String {
+        format!("{}:{:08x}:{owner}", self.id, rand::random::<u32>())
+    }
+}
+
+/// `<session>:<nonce>:<owner>` → `(session, owner)`; foreign rows keep the whole value as owner.
+pub(crate) fn split_column(column: &str) -> (String, String) {
+    let mut parts = column.splitn(3, ':');
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(s), Some(_), Some(o)) => (s.to_string(), o.to_string()),
+        _ => (String::new(), column.to_string()),
+    }
+}
+
+#[async_trait]
+impl Session for SqlSession {
+    fn id(&self) -> String {
+        self.id.clone()
+    }
+
+    /// Renews every hold of this session (one owner-checked `UPDATE` each); reports holds whose
+    /// row is gone or taken over.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    async fn keep_alive(&self) -> Result<KeepAlive> {
+        let snapshot: Vec<_> = self.holds().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        let mut out = KeepAlive::default();
+        if snapshot.is_empty() {
+            self.db.ping().await?;
+            return Ok(out);
+        }
+        for ((name, owner), (column, token)) in snapshot {
+            if self.db.renew(name.as_str(), &column, token, self.ttl_ms).await? {
+                continue;
+            }
+            let mut holds = self.holds();
+            // Released meanwhile: not lost.
+            if holds.get(&(name.clone(), owner.clone())).is_some_and(|(c, _)| *c == column) {
+                holds.remove(&(name.clone(), owner.clone()));
+                tracing::warn!(%name, token, "hold found gone or taken on renewal");
+                out.lost.push(LostHold::new(name, owner, token));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Acquires in one short transaction per attempt; a waiter retries on a jittered exponential
+    /// backoff capped by the holder's remaining lease (read by the database clock).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an attempt whose outcome was never seen is deleted in the background
+    /// (owner-checked), and nothing else is left behind.
+    async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::SessionExpired);
+        }
+        if req.lock_delay.is_some() {
+            return Err(Error::InvalidArgument("the sql backends do not support lock-delay".into()));
+        }
+        let key = (req.name.clone(), req.owner.clone());
+        // A hold the engine dropped without releasing (it considered it dead) is freed first.
+        let stale = self.holds().remove(&key);
+        if let Some((column, token)) = stale {
+            self.db.release(req.name.as_str(), &column, token).await?;
+        }
+        // PostgreSQL waiters are woken by NOTIFY; the timer is then only a fallback.
+        let waiting = match req.wait {
+            true => self.db.register_waiter(req.name.as_str()).await?,
+            false => None,
+        };
+        let mut backoff = match waiting {
+            Some(_) => Backoff::with_max(PUSHED_FALLBACK),
+            None => Backoff::new(),
+        };
+        let mut failures = 0;
+        loop {
+            let column = self.column(&req.owner);
+            let mut cleanup =
+                Cleanup { db: self.db.clone(), name: req.name.to_string(), owner: column.clone(), armed: true };
+            let left = match self.db.try_acquire(req.name.as_str(), &column, self.ttl_ms).await {
+                Ok(Attempt::Granted(token)) => {
+                    cleanup.armed = false;
+                    if self.closed.load(Ordering::SeqCst) {
+                        self.db.release(req.name.as_str(), &column, token).await?;
+                        return Err(Error::SessionExpired);
+                    }
+                    self.holds().insert(key, (column, token));
+                    return Ok(Acquired::Granted { token });
+                }
+                Ok(Attempt::Busy(left)) => {
+                    cleanup.armed = false;
+                    failures = 0;
+                    left.unwrap_or(-1)
+                }
+                // A waiter rides out a short blip; the cleanup removes a grant whose commit
+                // answer was lost.
+                Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
+                    failures += 1;
+                    drop(cleanup);
+                    -1
+                }
+                Err(e) => return Err(e),
+            };
+            if !req.wait {
+                return Ok(Acquired::Busy);
+            }
+            let delay = backoff.delay(left);
+            match &waiting {
+                Some(reg) => tokio::select! {
+                    _ = reg.notified() => backoff.reset(),
+                    _ = tokio::time::sleep(delay) => {}
+                },
+                None => tokio::time::sleep(delay).await,
+            }
+        }
+    }
+
+    /// Owner-checked release (`DELETE … WHERE name, owner, token`); renewal of the hold stops
+    /// before the release is sent.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; the release may or may not have happened, `expires_at` is the backstop.
+    async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
+        let key = (name.clone(), owner.to_string());
+        let column = {
+            let mut holds = self.holds();
+            match holds.get(&key) {
+                Some((column, t)) if *t == token => {
+                    let column = column.clone();
+                    holds.remove(&key);
+                    column
+                }
+                _ => return Ok(false),
+            }
+        };
+        self.db.release(name.as_str(), &column, token).await
+    }
+
+    /// Releases every hold of the session.
+    ///
+    /// # Cancel safety
+    /// Cancel safe; holds not released expire after the TTL.
+    async fn close(&self) -> Result<()> {
+        self.closed.store(true, Ordering::SeqCst);
+        let holds: Vec<_> = self.holds().drain().collect();
+        let mut first = None;
+        for ((name, _), (column, token)) in holds {
+            if let Err(e) = self.db.release(name.as_str(), &column, token).await {
+                first.get_or_insert(e);
+            }
+        }
+        first.map_or(Ok(()), Err)
+    }
+}

@@ -1,0 +1,189 @@
+//! Backend URLs: `postgres://…`, `postgresql://…`, `mysql://…`, `sqlite://path`.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use locksmith_core::{Error, Result};
+use sqlx::mysql::MySqlConnectOptions;
+use sqlx::postgres::PgConnectOptions;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
+
+/// Longest time SQLite waits for another process's write lock before a statement fails.
+pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The database family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// PostgreSQL (`postgres://`, `postgresql://`).
+    Postgres,
+    /// MySQL or MariaDB (`mysql://`).
+    MySql,
+    /// SQLite, one file (`sqlite://path`).
+    Sqlite,
+}
+
+impl Dialect {
+    /// The name used in error messages: `postgres`, `mysql`, `sqlite`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Dialect::Postgres => "postgres",
+            Dialect::MySql => "mysql",
+            Dialect::Sqlite => "sqlite",
+        }
+    }
+}
+
+/// How locks are held.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The lease table (`?mode=lease`, the default on every database).
+    Lease,
+    /// PostgreSQL session advisory locks (`?mode=advisory`) on a dedicated connection per hold.
+    Advisory,
+    /// MySQL/MariaDB `GET_LOCK` (`?mode=get_lock`) on a dedicated connection per hold.
+    GetLock,
+}
+
+/// Parsed connection options of one of the three databases.
+#[derive(Debug, Clone)]
+pub(crate) enum Options {
+    Postgres(PgConnectOptions),
+    MySql(MySqlConnectOptions),
+    Sqlite(SqliteConnectOptions),
+}
+
+/// A parsed URL.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) options: Options,
+    pub(crate) mode: Mode,
+    /// The URL without credentials.
+    pub(crate) describe: String,
+}
+
+impl Config {
+    pub(crate) fn parse(url: &str) -> Result<Self> {
+        let bad = |reason: String| Error::InvalidUrl { url: redact(url), reason };
+        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("expected scheme://…".into()))?;
+        let (base, query) = match rest.split_once('?') {
+            Some((b, q)) => (b, Some(q)),
+            None => (rest, None),
+        };
+        // Our own options are taken out of the query; the rest goes to the driver.
+        let mut driver_query = Vec::new();
+        let mut mode = Mode::Lease;
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "mode" => {
+                    mode = match (v, scheme) {
+                        ("lease", _) => Mode::Lease,
+                        ("advisory", "postgres" | "postgresql") => Mode::Advisory,
+                        ("get_lock", "mysql") => Mode::GetLock,
+                        _ => {
+                            return Err(bad(format!(
+                                "unknown mode {v:?} for {scheme}://: lease (default) on every database, \
+                                 advisory on postgres, get_lock on mysql"
+                            )))
+                        }
+                    }
+                }
+                _ => driver_query.push(pair),
+            }
+        }
+        let driver_url = match driver_query.is_empty() {
+            true => format!("{scheme}://{base}"),
+            false => format!("{scheme}://{base}?{}", driver_query.join("&")),
+        };
+        let describe = match mode {
+            Mode::Lease => redact(&format!("{scheme}://{base}")),
+            Mode::Advisory => redact(&format!("{scheme}://{base}?mode=advisory")),
+            Mode::GetLock => redact(&format!("{scheme}://{base}?mode=get_lock")),
+        };
+        let options = match scheme {
+            "postgres" | "postgresql" => Options::Postgres(
+                PgConnectOptions::from_str(&driver_url)
+                    .map_err(|e| bad(format!("postgres: {e}")))?
+                    .application_name("locksmith"),
+            ),
+            "mysql" => {
+                Options::MySql(MySqlConnectOptions::from_str(&driver_url).map_err(|e| bad(format!("mysql: {e}")))?)
+            }
+            "sqlite" => {
+                if base.is_empty() || base == ":memory:" {
+                    return Err(bad("sqlite needs a file path: sqlite://path/to/locks.db".into()));
+                }
+                Options::Sqlite(
+                    SqliteConnectOptions::from_str(&driver_url)
+                        .map_err(|e| bad(format!("sqlite: {e}")))?
+                        .create_if_missing(true)
+                        .journal_mode(SqliteJournalMode::Wal)
+                        .busy_timeout(SQLITE_BUSY_TIMEOUT),
+                )
+            }
+            other => return Err(bad(format!("not a SQL scheme: {other:?}"))),
+        };
+        Ok(Self { options, mode, describe })
+    }
+
+    pub(crate) fn dialect(&self) -> Dialect {
+        match self.options {
+            Options::Postgres(_) => Dialect::Postgres,
+            Options::MySql(_) => Dialect::MySql,
+            Options::Sqlite(_) => Dialect::Sqlite,
+        }
+    }
+}
+
+/// `scheme://user:secret@host/db` → `scheme://user@host/db`.
+fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
+    let (authority, tail) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}@{host}{tail}")
+        }
+        None => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_three_families_and_hides_passwords() {
+        let c = Config::parse("postgres://me:secret@127.0.0.1:5432/db").map_err(|e| e.to_string());
+        let c = c.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.dialect(), Dialect::Postgres);
+        assert_eq!(c.describe, "postgres://me@127.0.0.1:5432/db");
+        let c = Config::parse("mysql://root@localhost:3306/locks?mode=lease").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.dialect(), Dialect::MySql);
+        let c = Config::parse("sqlite:///tmp/x.db").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.dialect(), Dialect::Sqlite);
+        assert_eq!(c.describe, "sqlite:///tmp/x.db");
+        let c = Config::parse("postgres://me:pw@h/db?mode=advisory").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((c.mode, c.describe.as_str()), (Mode::Advisory, "postgres://me@h/db?mode=advisory"));
+        let c = Config::parse("mysql://h/db?mode=get_lock").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.mode, Mode::GetLock);
+    }
+
+    #[test]
+    fn refuses_bad_urls() {
+        for bad in [
+            "postgres://h/db?mode=get_lock",
+            "mysql://h/db?mode=advisory",
+            "sqlite://x?mode=advisory",
+            "sqlite://",
+            "sqlite://:memory:",
+            "nothing",
+            "mysql://h:notaport/db",
+        ] {
+            assert!(matches!(Config::parse(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+    }
+}

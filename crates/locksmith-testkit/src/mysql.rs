@@ -1,0 +1,133 @@
+//! MariaDB 10.11 servers (Debian's `mariadb-server`) as real processes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::port::free_port;
+use crate::process::{account, run_ok, watchdog, ChildProcess};
+
+/// How to get MariaDB when it is missing.
+pub const MYSQL_SETUP: &str = "bash scripts/setup.sh (installs Debian's mariadb-server)";
+
+/// A MariaDB server on 127.0.0.1 with its own port and temp dir (`--no-defaults`), with a
+/// database `locksmith` and a passwordless user `locksmith`; killed by PID on drop (and by a
+/// watchdog when the test process ends, for servers shared through a static).
+#[derive(Debug)]
+pub struct MySqlServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    process: Option<ChildProcess>,
+    watchdog: Option<ChildProcess>,
+}
+
+impl MySqlServer {
+    /// Initialises a data dir, starts `mariadbd`, creates the database and the user.
+    ///
+    /// # Panics
+    /// When MariaDB or the `mysql` account is missing (the message names the setup command), or
+    /// the server is not ready within 30 s.
+    pub fn start() -> Self {
+        let find = |names: &[&str]| -> Option<PathBuf> { names.iter().map(PathBuf::from).find(|p| p.exists()) };
+        let server = find(&["/usr/sbin/mariadbd", "/usr/sbin/mysqld"])
+            .unwrap_or_else(|| panic!("mariadbd is not installed; run: {MYSQL_SETUP}"));
+        let install = find(&["/usr/bin/mariadb-install-db", "/usr/bin/mysql_install_db"])
+            .unwrap_or_else(|| panic!("mariadb-install-db is not installed; run: {MYSQL_SETUP}"));
+        let client = find(&["/usr/bin/mariadb", "/usr/bin/mysql"])
+            .unwrap_or_else(|| panic!("the mariadb client is not installed; run: {MYSQL_SETUP}"));
+        let (uid, gid) = account("mysql").unwrap_or_else(|| panic!("no mysql account; run: {MYSQL_SETUP}"));
+        let dir = tempfile::Builder::new().prefix("locksmith-mysql-").tempdir().expect("create a temp dir");
+        run_ok("chown", Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(dir.path()));
+        let data = dir.path().join("data");
+        let sock = dir.path().join("sock");
+        let port = free_port();
+        run_ok(
+            "mariadb-install-db",
+            Command::new(install)
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", data.display()))
+                .args(["--user=mysql", "--auth-root-authentication-method=socket", "--skip-test-db"])
+                .current_dir(dir.path()),
+        );
+        let mut cmd = Command::new(server);
+        cmd.arg("--no-defaults")
+            .arg("--user=mysql")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!("--socket={}", sock.display()))
+            .arg(format!("--port={port}"))
+            .arg(format!("--pid-file={}", dir.path().join("pid").display()))
+            .args([
+                "--bind-address=127.0.0.1",
+                "--skip-name-resolve",
+                "--max-connections=500",
+                "--innodb-flush-log-at-trx-commit=2",
+                "--innodb-buffer-pool-size=64M",
+                "--skip-log-bin",
+            ])
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let p = ChildProcess::spawn("mariadbd", &mut cmd);
+        let wd = watchdog("mariadbd", p.pid(), dir.path());
+        let s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = Command::new(&client)
+                .arg("--no-defaults")
+                .arg(format!("--socket={}", sock.display()))
+                .args(["-u", "root", "-e", "SELECT 1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                break;
+            }
+            assert!(Instant::now() < until, "mariadbd did not get ready on 127.0.0.1:{port} within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        run_ok(
+            "create the locksmith database and user",
+            Command::new(&client).arg("--no-defaults").arg(format!("--socket={}", sock.display())).args([
+                "-u",
+                "root",
+                "-e",
+                "CREATE DATABASE locksmith; CREATE USER 'locksmith'@'%'; \
+                 GRANT ALL ON locksmith.* TO 'locksmith'@'%'; FLUSH PRIVILEGES;",
+            ]),
+        );
+        s
+    }
+
+    /// `mysql://locksmith@127.0.0.1:PORT/locksmith`
+    pub fn url(&self) -> String {
+        format!("mysql://locksmith@127.0.0.1:{}/locksmith", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The server's PID (0 when stopped).
+    pub fn pid(&self) -> i32 {
+        self.process.as_ref().map(ChildProcess::pid).unwrap_or(0)
+    }
+
+    /// The temp dir (data in `data/`, the socket at `sock`).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for MySqlServer {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill9();
+        }
+        if let Some(mut w) = self.watchdog.take() {
+            w.kill9();
+        }
+    }
+}

@@ -1,0 +1,117 @@
+//! PostgreSQL 15 servers (Debian's `postgresql`) as real processes.
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::port::free_port;
+use crate::process::{account, run_ok, watchdog, ChildProcess};
+
+/// How to get PostgreSQL when it is missing.
+pub const POSTGRES_SETUP: &str = "bash scripts/setup.sh (installs Debian's postgresql)";
+
+const BIN: &str = "/usr/lib/postgresql/15/bin";
+
+/// A PostgreSQL cluster on 127.0.0.1 with its own port and temp dir, run as the `postgres`
+/// account (PostgreSQL refuses root), trust authentication, `fsync=off`; killed by PID on drop
+/// (and by a watchdog when the test process ends, for servers shared through a static).
+#[derive(Debug)]
+pub struct PostgresServer {
+    port: u16,
+    dir: tempfile::TempDir,
+    process: Option<ChildProcess>,
+    watchdog: Option<ChildProcess>,
+}
+
+impl PostgresServer {
+    /// Creates a cluster (`initdb`) and starts it; waits until `pg_isready` answers.
+    ///
+    /// # Panics
+    /// When PostgreSQL 15 or the `postgres` account is missing (the message names the setup
+    /// command), or the server is not ready within 30 s.
+    pub fn start() -> Self {
+        let bin = |b: &str| PathBuf::from(BIN).join(b);
+        assert!(bin("postgres").exists(), "{} is missing; run: {POSTGRES_SETUP}", bin("postgres").display());
+        let (uid, gid) = account("postgres").unwrap_or_else(|| panic!("no postgres account; run: {POSTGRES_SETUP}"));
+        let dir = tempfile::Builder::new().prefix("locksmith-pg-").tempdir().expect("create a temp dir");
+        run_ok("chown", Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(dir.path()));
+        let data = dir.path().join("data");
+        let port = free_port();
+        run_ok(
+            "initdb",
+            Command::new(bin("initdb"))
+                .arg("-D")
+                .arg(&data)
+                .args(["-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8", "--locale=C"])
+                .current_dir(dir.path())
+                .uid(uid)
+                .gid(gid),
+        );
+        let conf = format!(
+            "\nlisten_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n\
+             max_connections = 400\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\n",
+            dir.path().display()
+        );
+        let conf_path = data.join("postgresql.conf");
+        let mut text = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
+        text.push_str(&conf);
+        std::fs::write(&conf_path, text).expect("write postgresql.conf");
+        let mut cmd = Command::new(bin("postgres"));
+        cmd.arg("-D").arg(&data).current_dir(dir.path()).uid(uid).gid(gid).stdin(Stdio::null()).stdout(Stdio::null());
+        cmd.stderr(Stdio::null());
+        let p = ChildProcess::spawn("postgres", &mut cmd);
+        let wd = watchdog("postgres", p.pid(), dir.path());
+        let mut s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
+        s.wait_ready();
+        s
+    }
+
+    fn wait_ready(&mut self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let ok = Command::new(Path::new(BIN).join("pg_isready"))
+                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-t", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            if ok {
+                return;
+            }
+            assert!(Instant::now() < until, "postgres did not get ready on 127.0.0.1:{} within 30 s", self.port);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `postgres://postgres@127.0.0.1:PORT/postgres`
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The postmaster's PID (0 when stopped).
+    pub fn pid(&self) -> i32 {
+        self.process.as_ref().map(ChildProcess::pid).unwrap_or(0)
+    }
+
+    /// The temp dir (data in `data/`, the Unix socket in the dir itself).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            p.kill9();
+        }
+        if let Some(mut w) = self.watchdog.take() {
+            w.kill9();
+        }
+    }
+}

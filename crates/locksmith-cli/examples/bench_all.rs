@@ -1,0 +1,40 @@
+//! Starts every backend the test suite can start (loopback, temp dirs, free ports) and runs
+//! `locksmith bench` over all of them in one run, for `docs/benchmarks.md`:
+//!
+//! ```text
+//! cargo build --release -p locksmith-cli
+//! cargo run --release -p locksmith-cli --example bench_all -- target/release/locksmith --duration 2s --rounds 2
+//! ```
+//!
+//! Servers as the test helpers start them: Redis without persistence (plus one with
+//! `appendfsync always`), PostgreSQL with `fsync=off`, MariaDB and etcd with their defaults.
+use std::process::Command;
+
+use locksmith_testkit::{EtcdServer, MySqlServer, NativeServer, PostgresServer, RedisServer, ZkServer};
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let Some(bin) = args.next() else {
+        eprintln!("usage: bench_all PATH-TO-locksmith [bench options…]");
+        std::process::exit(2);
+    };
+    let native = NativeServer::start(bin.as_ref());
+    let redis = RedisServer::start();
+    let redis_fsync = RedisServer::start_durable();
+    let instances: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
+    let redlock = format!("redlock://{}", instances.iter().map(RedisServer::addr).collect::<Vec<_>>().join(","));
+    let etcd = EtcdServer::start();
+    let zk = ZkServer::start();
+    let pg = PostgresServer::start();
+    let my = MySqlServer::start();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let mut cmd = Command::new(&bin);
+    cmd.arg("bench").args(args);
+    for url in [native.url(), redis.url(), redis_fsync.url(), redlock, etcd.url(), zk.url(), pg.url(), my.url(), sqlite]
+    {
+        cmd.args(["--backend", &url]);
+    }
+    let status = cmd.status().expect("run locksmith bench");
+    std::process::exit(status.code().unwrap_or(1));
+}

@@ -13,10 +13,15 @@ use std::process::Command;
 use locksmith_testkit::{EtcdServer, MySqlServer, NativeServer, PostgresServer, RedisServer, ZkServer};
 
 fn main() {
+    // The servers are dropped (killed by PID) when `run` returns, before the process exits.
+    std::process::exit(run());
+}
+
+fn run() -> i32 {
     let mut args = std::env::args().skip(1);
     let Some(bin) = args.next() else {
         eprintln!("usage: bench_all PATH-TO-locksmith [bench options…]");
-        std::process::exit(2);
+        return 2;
     };
     let native = NativeServer::start(bin.as_ref());
     let redis = RedisServer::start();
@@ -36,5 +41,5 @@ fn main() {
         cmd.args(["--backend", &url]);
     }
     let status = cmd.status().expect("run locksmith bench");
-    std::process::exit(status.code().unwrap_or(1));
+    status.code().unwrap_or(1)
 }

@@ -12,6 +12,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod backend;
+mod backoff;
 mod client;
 mod error;
 mod guard;
@@ -23,6 +24,7 @@ mod options;
 pub mod conformance;
 
 pub use backend::{AcquireRequest, Acquired, Backend, HolderStatus, KeepAlive, LockStatus, LostHold, Session};
+pub use backoff::Backoff;
 pub use client::Client;
 pub use error::{Error, Result};
 pub use guard::Guard;

@@ -48,7 +48,6 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod backend;
-mod backoff;
 mod conn;
 mod holds;
 mod layout;

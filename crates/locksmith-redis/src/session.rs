@@ -7,9 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 
-use crate::backoff::Backoff;
 use crate::holds::{Entry, HoldKey, Holds};
 use crate::layout::random_uuid;
 use crate::pending::Pending;

@@ -10,10 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 use tokio::sync::Mutex as AsyncMutex;
 
-use crate::backoff::Backoff;
 use crate::db::{Db, Dedicated};
 
 /// The advisory-lock key of a name: a 64-bit hash computed by the server (names whose hashes

@@ -8,9 +8,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 
-use crate::backoff::Backoff;
 use crate::db::{Attempt, Db};
 
 /// Consecutive connection failures a waiting acquisition tolerates before giving up.

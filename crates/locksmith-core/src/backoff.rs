@@ -1,6 +1,6 @@
-//! The fallback timer of a waiter: jittered exponential backoff, so a waiter that misses a
-//! wake-up (the holder crashed, or a redis-py client released without publishing) still retries
-//! without busy polling, and many waiters do not retry in lock-step.
+//! The fallback timer of a polling waiter, shared by every driver that polls (DESIGN.md §2.7):
+//! jittered exponential backoff capped by the holder's remaining lease, so waiters retry soon
+//! after an expiry without busy polling and without retrying in lock-step.
 
 use std::time::Duration;
 
@@ -9,26 +9,43 @@ const MIN: Duration = Duration::from_millis(5);
 /// Largest delay.
 const MAX: Duration = Duration::from_millis(200);
 
-/// 5 ms doubling to 200 ms, each delay ±20 %.
+/// 5 ms doubling to 200 ms (or a larger cap), each delay ±20 %.
+///
+/// ```
+/// use std::time::Duration;
+/// let mut b = locksmith_core::Backoff::new();
+/// assert!(b.delay(-1) <= Duration::from_millis(6));
+/// // Never past the holder's remaining lease (+1 ms, to wake just after it ends).
+/// assert!(b.delay(2) <= Duration::from_millis(3));
+/// ```
 #[derive(Debug)]
-pub(crate) struct Backoff {
+pub struct Backoff {
     next: Duration,
+    max: Duration,
 }
 
 impl Backoff {
-    pub(crate) fn new() -> Self {
-        Self { next: MIN }
+    /// Starts at 5 ms, caps at 200 ms.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Self { next: MIN, max: MAX }
+    }
+
+    /// With a larger cap, for waiters that also get pushed wake-ups.
+    pub fn with_max(max: Duration) -> Self {
+        Self { next: MIN, max: max.max(MIN) }
     }
 
     /// Starts over from the smallest delay (after a wake-up: the lock just changed hands).
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         self.next = MIN;
     }
 
-    /// The next delay, capped by the key's remaining time `pttl_ms` when it is known.
-    pub(crate) fn delay(&mut self, pttl_ms: i64) -> Duration {
+    /// The next delay, capped by the holder's remaining time `pttl_ms` when it is known
+    /// (negative: unknown).
+    pub fn delay(&mut self, pttl_ms: i64) -> Duration {
         let base = self.next;
-        self.next = (self.next * 2).min(MAX);
+        self.next = (self.next * 2).min(self.max);
         let jittered = base.mul_f64(rand::random_range(0.8..1.2));
         match u64::try_from(pttl_ms) {
             // +1 ms: wake just after the key expired, not just before.

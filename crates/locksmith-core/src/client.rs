@@ -342,10 +342,30 @@ impl Client {
             // A dead hold: forget it; the backend has freed or will free it.
             *hold = None;
         }
-        let ctx = self.session().await?;
         let mut req = AcquireRequest::new(name.clone(), owner.clone(), wait);
         req.lock_delay = lock_delay;
-        let token = match ctx.session.acquire(req).await {
+        // One retry after a transient failure (a connection reset while a server starts or
+        // fails over); a backend that stays unreachable is still reported at once.
+        let mut retries = 1;
+        let (ctx, answer) = loop {
+            let attempt = match self.session().await {
+                Ok(ctx) => {
+                    let answer = ctx.session.acquire(req.clone()).await;
+                    Ok((ctx, answer))
+                }
+                Err(e) => Err(e),
+            };
+            match attempt {
+                Ok((_, Err(e))) | Err(e) if e.is_transient() && !matches!(e, Error::Timeout) && retries > 0 => {
+                    retries -= 1;
+                    tracing::debug!(error = %e, "transient failure; retrying once");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Ok(done) => break done,
+                Err(e) => return Err(e),
+            }
+        };
+        let token = match answer {
             Ok(Acquired::Granted { token }) => token,
             Ok(Acquired::Busy) => return Ok(None),
             Err(Error::SessionExpired) => {

@@ -137,7 +137,8 @@ impl Shared {
                 } else if matches!(
                     code,
                     tonic_code::UNAVAILABLE | tonic_code::DEADLINE_EXCEEDED | tonic_code::CANCELLED
-                ) {
+                ) || s.message().contains("transport error")
+                {
                     self.unavailable(s.message())
                 } else {
                     Error::Backend(format!("etcd {}: {}", self.url, s.message()))

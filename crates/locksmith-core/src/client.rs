@@ -344,10 +344,12 @@ impl Client {
         }
         let mut req = AcquireRequest::new(name.clone(), owner.clone(), wait);
         req.lock_delay = lock_delay;
-        // One retry after a transient failure (a connection reset while a server starts or
-        // fails over); a backend that stays unreachable is still reported at once.
+        // One retry after a transient failure that came fast (a connection reset while a server
+        // starts or fails over). A slow one (a connect timeout) is reported at once, so an
+        // unreachable backend is not waited for twice.
         let mut retries = 1;
         let (ctx, answer) = loop {
+            let started = Instant::now();
             let attempt = match self.session().await {
                 Ok(ctx) => {
                     let answer = ctx.session.acquire(req.clone()).await;
@@ -356,7 +358,12 @@ impl Client {
                 Err(e) => Err(e),
             };
             match attempt {
-                Ok((_, Err(e))) | Err(e) if e.is_transient() && !matches!(e, Error::Timeout) && retries > 0 => {
+                Ok((_, Err(e))) | Err(e)
+                    if e.is_transient()
+                        && !matches!(e, Error::Timeout)
+                        && retries > 0
+                        && started.elapsed() < Duration::from_millis(500) =>
+                {
                     retries -= 1;
                     tracing::debug!(error = %e, "transient failure; retrying once");
                     tokio::time::sleep(Duration::from_millis(100)).await;

@@ -258,7 +258,9 @@ impl Client {
 
     fn lost_holds_hook(&self) -> LostHolds {
         let slots = Arc::downgrade(&self.inner.slots);
+        let backend = self.inner.backend.describe();
         Arc::new(move |lost: Vec<LostHold>| {
+            crate::metrics::lost(&backend, lost.len() as u64);
             let Some(slots) = slots.upgrade() else { return };
             let Ok(map) = slots.lock() else { return };
             for report in lost {
@@ -388,6 +390,7 @@ impl Client {
         }
         let lost = Arc::new(watch::channel(false).0);
         *hold = Some(Hold { token, count: 1, lost: lost.clone(), ctx: ctx.clone() });
+        crate::metrics::grant(&self.inner.backend.describe());
         Ok(Some(Guard::new(self.clone(), name, owner, token, lost, ctx, slot.clone())))
     }
 
@@ -417,6 +420,7 @@ impl Client {
                         h.lost.send_replace(true);
                         *hold = None;
                         if still_ours {
+                            crate::metrics::release(&self.inner.backend.describe());
                             self.bounded(ctx.ttl, ctx.session.release(name, owner, token)).await
                         } else {
                             // Lost already: tidy up if the backend still has it, report not ours.

@@ -172,6 +172,7 @@ async fn keep_alive_loop(ctx: std::sync::Weak<SessionCtx>, on_lost: LostHolds) {
             }
             Ok(Err(Error::SessionExpired)) => {
                 tracing::warn!(session = %ctx.session.id(), "session expired on the backend");
+                crate::metrics::session_lost();
                 ctx.expire();
                 return;
             }
@@ -186,6 +187,7 @@ async fn keep_alive_loop(ctx: std::sync::Weak<SessionCtx>, on_lost: LostHolds) {
         }
         if !ctx.is_alive() {
             tracing::warn!(session = %ctx.session.id(), "session deadline passed without a renewal");
+            crate::metrics::session_lost();
             ctx.expire();
             return;
         }

@@ -8,6 +8,7 @@
 //! - `backend`: the few primitives a driver implements;
 //! - `keeper`: a session kept alive and its local deadline;
 //! - `client`, `guard`: the engine users hold;
+//! - `metrics`: counters on the `metrics` facade (grants, releases, losses, waiter wake-ups);
 //! - `conformance` (feature): the shared contract suite each driver runs against a real server.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
@@ -17,6 +18,7 @@ mod client;
 mod error;
 mod guard;
 mod keeper;
+pub mod metrics;
 mod name;
 mod options;
 

@@ -2,45 +2,21 @@
 //! interoperability with `etcdctl lock` (Go's `concurrency.Mutex` layout).
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use locksmith_core::conformance::{Caps, Target};
+use locksmith_core::conformance::UrlTarget;
 use locksmith_testkit::EtcdServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-struct Etcd {
-    server: EtcdServer,
+fn etcd() -> UrlTarget {
+    let server = EtcdServer::start();
+    UrlTarget::new(server.url(), locksmith::backend).cli(BIN).keeping(server)
 }
 
-impl Etcd {
-    fn start() -> Self {
-        Self { server: EtcdServer::start() }
-    }
-}
-
-#[async_trait::async_trait]
-impl Target for Etcd {
-    fn url(&self) -> String {
-        self.server.url()
-    }
-    async fn client(&self, ttl: Duration) -> locksmith::Result<locksmith::Client> {
-        locksmith::connect_with_ttl(&self.server.url(), ttl).await
-    }
-    fn caps(&self) -> Caps {
-        let mut c = Caps::default();
-        c.fifo = true;
-        c.reports_waiters = true;
-        c
-    }
-    fn cli(&self) -> Option<PathBuf> {
-        Some(BIN.into())
-    }
-}
-
-locksmith_core::process_conformance_suite!(Etcd::start());
+locksmith_core::process_conformance_suite!(etcd());
 
 fn critical_section(file: &Path) -> String {
     let f = file.display();

@@ -2,45 +2,19 @@
 //! (kill -9, SIGSTOP past the TTL, Ctrl-C while waiting, exit codes) on `redis://`, and
 //! Redlock's refusal to pretend it has fencing tokens.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use locksmith_core::conformance::{Caps, Target};
+use locksmith_core::conformance::UrlTarget;
 use locksmith_testkit::RedisServer;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-struct Redis {
-    server: RedisServer,
+fn redis() -> UrlTarget {
+    let server = RedisServer::start();
+    UrlTarget::new(server.url(), locksmith::backend).fifo(false).reports_waiters(false).cli(BIN).keeping(server)
 }
 
-impl Redis {
-    fn start() -> Self {
-        Self { server: RedisServer::start() }
-    }
-}
-
-#[async_trait::async_trait]
-impl Target for Redis {
-    fn url(&self) -> String {
-        self.server.url()
-    }
-    async fn client(&self, ttl: Duration) -> locksmith::Result<locksmith::Client> {
-        locksmith::connect_with_ttl(&self.server.url(), ttl).await
-    }
-    fn caps(&self) -> Caps {
-        let mut c = Caps::default();
-        c.fifo = false;
-        c.reports_waiters = false;
-        c
-    }
-    fn cli(&self) -> Option<PathBuf> {
-        Some(BIN.into())
-    }
-}
-
-locksmith_core::process_conformance_suite!(Redis::start());
+locksmith_core::process_conformance_suite!(redis());
 
 /// On Redlock, `locksmith run` refuses without `--unfenced` (exit 2, saying why), and with it
 /// runs the command without a LOCKSMITH_TOKEN.

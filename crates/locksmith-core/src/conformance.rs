@@ -51,6 +51,79 @@ pub trait Target: Send + Sync {
     }
 }
 
+/// Makes a backend from a URL (`locksmith::backend` in the facade).
+pub type BackendFactory = fn(&str) -> Result<Arc<dyn crate::Backend>>;
+
+/// The usual [`Target`]: a backend reached by URL, built by `factory` (pass
+/// `locksmith::backend`), with optional caps, `locksmith` binary and a resource (a test server)
+/// kept alive as long as the target.
+///
+/// ```no_run
+/// # fn backend(_: &str) -> locksmith_core::Result<std::sync::Arc<dyn locksmith_core::Backend>> { unimplemented!() }
+/// use locksmith_core::conformance::UrlTarget;
+/// let target = UrlTarget::new("redis://127.0.0.1:6379", backend).fifo(false).reports_waiters(false);
+/// ```
+pub struct UrlTarget {
+    url: String,
+    factory: BackendFactory,
+    caps: Caps,
+    cli: Option<PathBuf>,
+    _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
+}
+
+impl std::fmt::Debug for UrlTarget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UrlTarget").field("url", &self.url).field("caps", &self.caps).field("cli", &self.cli).finish()
+    }
+}
+
+impl UrlTarget {
+    /// A target for `url` with default caps (FIFO, reports waiters) and no binary.
+    pub fn new(url: impl Into<String>, factory: BackendFactory) -> Self {
+        Self { url: url.into(), factory, caps: Caps::default(), cli: None, _keep: None }
+    }
+
+    /// Whether the backend serves waiters in arrival order.
+    pub fn fifo(mut self, fifo: bool) -> Self {
+        self.caps.fifo = fifo;
+        self
+    }
+
+    /// Whether `status` reports queued waiters.
+    pub fn reports_waiters(mut self, reports: bool) -> Self {
+        self.caps.reports_waiters = reports;
+        self
+    }
+
+    /// The `locksmith` binary, which enables the process properties.
+    pub fn cli(mut self, bin: impl Into<PathBuf>) -> Self {
+        self.cli = Some(bin.into());
+        self
+    }
+
+    /// Keeps `resource` (typically the test server) alive as long as the target.
+    pub fn keeping<T: Send + Sync + 'static>(mut self, resource: T) -> Self {
+        self._keep = Some(Box::new(resource));
+        self
+    }
+}
+
+#[async_trait]
+impl Target for UrlTarget {
+    fn url(&self) -> String {
+        self.url.clone()
+    }
+    async fn client(&self, ttl: Duration) -> Result<Client> {
+        Client::new((self.factory)(&self.url)?, ttl)
+    }
+    fn caps(&self) -> Caps {
+        self.caps
+    }
+    fn cli(&self) -> Option<PathBuf> {
+        self.cli.clone()
+    }
+}
+
 const TTL: Duration = Duration::from_secs(5);
 const SHORT_TTL: Duration = Duration::from_secs(1);
 

@@ -1,28 +1,11 @@
-//! The shared contract suite against a real single-node etcd.
+//! The shared contract suite against a real single-node etcd (one per test).
 
-use std::time::Duration;
-
-use locksmith_core::conformance::{Caps, Target};
+use locksmith_core::conformance::UrlTarget;
 use locksmith_testkit::EtcdServer;
 
-struct Etcd {
-    server: EtcdServer,
+fn etcd() -> UrlTarget {
+    let server = EtcdServer::start();
+    UrlTarget::new(server.url(), locksmith::backend).keeping(server)
 }
 
-#[async_trait::async_trait]
-impl Target for Etcd {
-    fn url(&self) -> String {
-        self.server.url()
-    }
-    async fn client(&self, ttl: Duration) -> locksmith::Result<locksmith::Client> {
-        locksmith::connect_with_ttl(&self.url(), ttl).await
-    }
-    fn caps(&self) -> Caps {
-        let mut c = Caps::default();
-        c.fifo = true;
-        c.reports_waiters = true;
-        c
-    }
-}
-
-locksmith_core::conformance_suite!(Etcd { server: EtcdServer::start() });
+locksmith_core::conformance_suite!(etcd());

@@ -1,32 +1,13 @@
-//! The contract suite against `memory://` (the server's logic in-process).
+//! The contract suite against `memory://` (the server's logic in-process), a fresh space per test.
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use locksmith_core::conformance::Target;
+use locksmith_core::conformance::UrlTarget;
 
-struct Memory {
-    url: String,
+fn memory() -> UrlTarget {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let url = format!("memory://conformance-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+    UrlTarget::new(url, locksmith::backend)
 }
 
-impl Memory {
-    fn new() -> Self {
-        Self { url: format!("memory://conformance-{:x}", std::process::id() as u64 * 1_000_003 + next()) }
-    }
-}
-
-fn next() -> u64 {
-    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-}
-
-#[async_trait::async_trait]
-impl Target for Memory {
-    fn url(&self) -> String {
-        self.url.clone()
-    }
-    async fn client(&self, ttl: Duration) -> locksmith::Result<locksmith::Client> {
-        locksmith::connect_with_ttl(&self.url, ttl).await
-    }
-}
-
-locksmith_core::conformance_suite!(Memory::new());
+locksmith_core::conformance_suite!(memory());

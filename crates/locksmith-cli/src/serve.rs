@@ -17,6 +17,21 @@ pub struct ServeArgs {
     /// Data directory (created if missing; one server per directory).
     #[arg(long, default_value = "./locksmith-data")]
     pub data_dir: PathBuf,
+    /// What is synced to disk before a grant is acknowledged: `grants` (every grant; after a
+    /// restart holders are restored and get one TTL to reconnect) or `leases` (only token
+    /// blocks; no disk wait per grant, but after a restart every lock ever granted stays
+    /// unavailable for the longest TTL + lock-delay in use).
+    #[arg(long, value_enum, default_value_t = DurabilityArg::Grants)]
+    pub durability: DurabilityArg,
+}
+
+/// `--durability` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityArg {
+    /// Every grant is on disk before its holder hears of it.
+    Grants,
+    /// Only reserved token blocks and the longest lease are on disk.
+    Leases,
 }
 
 /// Runs the server until SIGINT or SIGTERM.
@@ -31,7 +46,11 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(exit::UNAVAILABLE);
         }
     };
-    let opts = locksmith_server::ServeOptions::new(args.data_dir);
+    let durability = match args.durability {
+        DurabilityArg::Grants => locksmith_server::Durability::Grants,
+        DurabilityArg::Leases => locksmith_server::Durability::Leases,
+    };
+    let opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
     match locksmith_server::serve(listener, opts, shutdown_signal()).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => exit::report("serve", &e),

@@ -7,13 +7,22 @@
 //! - `connection` and [`grpc`]: transports that forward session streams to it;
 //! - [`serve`]: the server main loop, `run(listener, data_dir, shutdown)` style.
 //!
-//! Durability and restarts: a grant is on disk before its holder hears of it, so fencing tokens
+//! Durability and restarts come in two modes ([`Durability`], `locksmith serve --durability`).
+//!
+//! `grants` (the default): a grant is on disk before its holder hears of it, so fencing tokens
 //! never repeat or go backwards, also after `kill -9`. On restart every session in the log is
 //! restored with its holds and gets one full TTL to reconnect and resume (Chubby's grace
 //! period); a client that cannot reach the server in that time has already stopped trusting its
 //! holds, because its own deadline ran from its last renewal *before* the crash. So there are
 //! never two holders across a restart. Queued waiters are not persisted: clients re-send them
 //! when they resume.
+//!
+//! `leases`: only reserved blocks of fencing tokens ([`machine::RESERVE_BLOCK`] per sync) and the
+//! longest TTL and lock-delay in use are synced, so a grant or hand-off waits for no disk at all.
+//! Tokens still never repeat (a restart continues above the last reservation), but holders are
+//! unknown after a restart: every lock ever granted stays unavailable for that longest TTL +
+//! lock-delay from the restart (DESIGN.md §4's rule for state that is not persisted), and
+//! resuming clients learn that their sessions are gone.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod connection;
@@ -25,5 +34,6 @@ mod sink;
 mod wal;
 
 pub use connection::serve_stream;
+pub use machine::Durability;
 pub use serve::{serve, ServeOptions};
 pub use service::{Outbox, Service};

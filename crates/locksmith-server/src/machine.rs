@@ -8,6 +8,12 @@
 //!   the head of the queue at once);
 //! - a token is `counter + 1` and the counter only grows, also across [`Machine::restore`];
 //! - every hold and every waiter belongs to a live session.
+//!
+//! Two [`Durability`] modes decide what must be on disk before a client hears of a grant:
+//! every grant (`Grants`: after a restart sessions and holds are restored and get a grace
+//! period, as Chubby does), or only reserved token blocks and the longest lease in use
+//! (`Leases`: nothing is known about holders after a restart, so every lock ever granted stays
+//! unavailable until every lease of the previous run has certainly expired — DESIGN.md §4).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -40,6 +46,23 @@ impl Default for Limits {
             max_sessions: 100_000,
         }
     }
+}
+
+/// Tokens reserved per [`Record::Reserve`] in [`Durability::Leases`]: one synced record per
+/// this many grants of a lock; a restart skips what was left of the block.
+pub const RESERVE_BLOCK: u64 = 1024;
+
+/// What must be durable before a client hears of a grant.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Every grant: each hand-off waits for a log sync (shared by concurrent grants); after a
+    /// restart, sessions and their holds are restored and get one TTL to reconnect.
+    #[default]
+    Grants,
+    /// Only token blocks (a sync per [`RESERVE_BLOCK`] grants of a lock) and the longest TTL
+    /// and lock-delay in use: grants need no sync. After a restart holders are unknown, so
+    /// every lock ever granted is unavailable for that longest TTL + lock-delay.
+    Leases,
 }
 
 /// What the machine wants persisted, in order. `Grant` must be durable before the grantee
@@ -86,6 +109,22 @@ pub enum Record {
         /// Its id.
         id: SessionId,
     },
+    /// [`Durability::Leases`]: tokens up to `upto` may have been issued on `name`; after a
+    /// restart its counter continues above.
+    Reserve {
+        /// Lock name.
+        name: String,
+        /// Highest token that may have been issued.
+        upto: u64,
+    },
+    /// [`Durability::Leases`]: the longest session TTL and lock-delay granted so far, i.e. how
+    /// long after a restart a lease of the previous run may still be trusted by its client.
+    Horizon {
+        /// Longest session TTL.
+        ttl: Duration,
+        /// Longest lock-delay.
+        lock_delay: Duration,
+    },
     /// Snapshot only: the fencing counter of a lock that has no holder, and the lock-delay
     /// still to run on it.
     Counter {
@@ -101,7 +140,7 @@ pub enum Record {
 impl Record {
     /// Whether the record must be on disk before the effects that follow it are delivered.
     pub fn needs_sync(&self) -> bool {
-        matches!(self, Record::Grant { .. } | Record::Boot { .. })
+        matches!(self, Record::Grant { .. } | Record::Boot { .. } | Record::Reserve { .. } | Record::Horizon { .. })
     }
 }
 
@@ -181,6 +220,8 @@ struct Lock {
     delay_until: Option<Instant>,
     /// Last token issued; never decreases, never forgotten.
     counter: u64,
+    /// [`Durability::Leases`]: highest token covered by a [`Record::Reserve`].
+    reserved: u64,
 }
 
 /// A lock's state for introspection.
@@ -202,6 +243,9 @@ pub struct LockView {
 #[derive(Debug)]
 pub struct Machine {
     limits: Limits,
+    durability: Durability,
+    /// Longest (TTL, lock-delay) recorded in [`Record::Horizon`].
+    horizon: (Duration, Duration),
     epoch: u64,
     next_session: u64,
     sessions: HashMap<SessionId, Session>,
@@ -219,6 +263,8 @@ impl Machine {
     pub fn new(limits: Limits, epoch: u64) -> Self {
         Self {
             limits,
+            durability: Durability::Grants,
+            horizon: (Duration::ZERO, Duration::ZERO),
             epoch,
             next_session: 1,
             sessions: HashMap::new(),
@@ -237,7 +283,22 @@ impl Machine {
     /// restored: clients re-send them when they resume. Emits the records of a snapshot of the
     /// restored state (starting with the new `Boot`) for the caller to write as the new log.
     pub fn restore(limits: Limits, records: impl IntoIterator<Item = Record>, now: Instant) -> Self {
+        Self::restore_with(limits, Durability::Grants, records, now)
+    }
+
+    /// [`Machine::restore`] in a chosen [`Durability`]. Whatever mode wrote the log: if grants
+    /// of the previous run may be missing from it (it was a `Leases` run), or this run will
+    /// not keep the restored holders (`Leases`), every lock ever granted stays unavailable
+    /// until the longest lease (+ lock-delay) of the previous run has passed from `now`.
+    pub fn restore_with(
+        limits: Limits,
+        durability: Durability,
+        records: impl IntoIterator<Item = Record>,
+        now: Instant,
+    ) -> Self {
         let mut m = Self::new(limits, 1);
+        m.durability = durability;
+        let mut leases_log = false;
         let mut max_epoch = 0;
         for r in records {
             match r {
@@ -296,9 +357,42 @@ impl Machine {
                         lock.delay_until = Some(now + delay);
                     }
                 }
+                Record::Reserve { name, upto } => {
+                    leases_log = true;
+                    let lock = m.locks.entry(name).or_default();
+                    lock.counter = lock.counter.max(upto);
+                }
+                Record::Horizon { ttl, lock_delay } => {
+                    leases_log = true;
+                    m.horizon = (m.horizon.0.max(ttl), m.horizon.1.max(lock_delay));
+                }
             }
         }
         m.epoch = max_epoch + 1;
+        if durability == Durability::Leases {
+            // Restored holders will not be kept: their clients may trust them for one more TTL
+            // (+ lock-delay if they expire), which the quiet period below must cover.
+            for s in m.sessions.values() {
+                m.horizon.0 = m.horizon.0.max(s.ttl);
+            }
+            for lock in m.locks.values_mut() {
+                if let Some(h) = lock.holder.take() {
+                    m.horizon.1 = m.horizon.1.max(h.lock_delay);
+                }
+            }
+            m.sessions.clear();
+        }
+        if leases_log || durability == Durability::Leases {
+            let quiet = m.horizon.0 + m.horizon.1;
+            if !quiet.is_zero() {
+                for lock in m.locks.values_mut().filter(|l| l.counter > 0 && l.holder.is_none()) {
+                    lock.delay_until = Some(lock.delay_until.map_or(now + quiet, |t| t.max(now + quiet)));
+                }
+            }
+        }
+        for lock in m.locks.values_mut() {
+            lock.reserved = lock.counter;
+        }
         for (id, s) in m.sessions.iter_mut() {
             s.deadline = now + s.ttl;
             m.deadlines.insert((s.deadline, *id));
@@ -315,6 +409,20 @@ impl Machine {
     /// The current state at `now` as records (a compacted log), starting with this boot's epoch.
     pub fn snapshot(&self, now: Instant) -> Vec<Record> {
         let mut out = vec![Record::Boot { epoch: self.epoch }];
+        if self.durability == Durability::Leases {
+            if self.horizon != (Duration::ZERO, Duration::ZERO) {
+                out.push(Record::Horizon { ttl: self.horizon.0, lock_delay: self.horizon.1 });
+            }
+            for (name, lock) in &self.locks {
+                out.push(Record::Counter {
+                    name: name.clone(),
+                    // Tokens up to the reservation may be out there: continue above it.
+                    token: lock.counter.max(lock.reserved),
+                    delay: lock.delay_until.map(|t| t.saturating_duration_since(now)).unwrap_or_default(),
+                });
+            }
+            return out;
+        }
         for (id, s) in &self.sessions {
             out.push(Record::Session { id: *id, ttl: s.ttl });
         }
@@ -393,7 +501,11 @@ impl Machine {
         let deadline = now + ttl;
         self.sessions.insert(id, Session { ttl, deadline, holds: HashSet::new(), waits: HashMap::new() });
         self.deadlines.insert((deadline, id));
-        self.records.push(Record::Session { id, ttl });
+        self.log(Record::Session { id, ttl });
+        if self.durability == Durability::Leases && ttl > self.horizon.0 {
+            self.horizon.0 = ttl;
+            self.records.push(Record::Horizon { ttl, lock_delay: self.horizon.1 });
+        }
         Ok((id, ttl))
     }
 
@@ -431,6 +543,10 @@ impl Machine {
         }
         if lock_delay > self.limits.max_lock_delay {
             return Err(Refusal::Invalid(format!("lock delay {lock_delay:?} above {:?}", self.limits.max_lock_delay)));
+        }
+        if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
+            self.horizon.1 = lock_delay;
+            self.records.push(Record::Horizon { ttl: self.horizon.0, lock_delay });
         }
         let max_waiters = self.limits.max_waiters_per_lock;
         let lock = self.locks.entry(name.to_string()).or_default();
@@ -477,7 +593,7 @@ impl Machine {
         if let Some(s) = self.sessions.get_mut(&session) {
             s.holds.remove(name);
         }
-        self.records.push(Record::Release { name: name.to_string(), token, delay: Duration::ZERO });
+        self.log(Record::Release { name: name.to_string(), token, delay: Duration::ZERO });
         self.grant_next(now, name);
         true
     }
@@ -544,10 +660,14 @@ impl Machine {
         lock.counter += 1;
         let token = lock.counter;
         lock.holder = Some(Holder { session, owner: owner.clone(), token, lock_delay });
+        if self.durability == Durability::Leases && token > lock.reserved {
+            lock.reserved = token + RESERVE_BLOCK - 1;
+            self.records.push(Record::Reserve { name: name.to_string(), upto: lock.reserved });
+        }
         if let Some(s) = self.sessions.get_mut(&session) {
             s.holds.insert(name.to_string());
         }
-        self.records.push(Record::Grant { name: name.to_string(), session, owner, token, lock_delay });
+        self.log(Record::Grant { name: name.to_string(), session, owner, token, lock_delay });
         token
     }
 
@@ -608,10 +728,22 @@ impl Machine {
                 lock.delay_until = Some(until);
                 self.delays.insert((until, name.clone()));
             }
-            self.records.push(Record::Release { name: name.clone(), token: h.token, delay });
+            self.log(Record::Release { name: name.clone(), token: h.token, delay });
             self.grant_next(now, &name);
         }
-        self.records.push(Record::SessionEnd { id });
+        self.log(Record::SessionEnd { id });
+    }
+
+    /// Emits a record unless the durability mode does not keep that kind: `Leases` keeps no
+    /// sessions, holders or releases (it never restores them).
+    fn log(&mut self, r: Record) {
+        let kept = match self.durability {
+            Durability::Grants => true,
+            Durability::Leases => matches!(r, Record::Boot { .. } | Record::Reserve { .. } | Record::Horizon { .. }),
+        };
+        if kept {
+            self.records.push(r);
+        }
     }
 
     /// Keeps the map small: a lock with nothing going on is forgotten unless its counter must be

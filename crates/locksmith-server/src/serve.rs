@@ -8,7 +8,7 @@ use locksmith_core::Error;
 use tokio::net::TcpListener;
 
 use crate::grpc::Grpc;
-use crate::machine::Limits;
+use crate::machine::{Durability, Limits};
 use crate::service::Service;
 
 /// How long open session streams get to finish after a stop was asked for. Clients resume their
@@ -23,12 +23,26 @@ pub struct ServeOptions {
     pub data_dir: PathBuf,
     /// Server limits.
     pub limits: Limits,
+    /// What is synced before a grant is acknowledged (see [`Durability`]).
+    pub durability: Durability,
 }
 
 impl ServeOptions {
     /// Options for `data_dir` with default limits.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Self { data_dir: data_dir.into(), limits: Limits::default() }
+        Self { data_dir: data_dir.into(), limits: Limits::default(), durability: Durability::default() }
+    }
+
+    /// The same options with another [`Durability`].
+    ///
+    /// ```
+    /// use locksmith_server::{Durability, ServeOptions};
+    /// let opts = ServeOptions::new("./data").durability(Durability::Leases);
+    /// assert_eq!(opts.durability, Durability::Leases);
+    /// ```
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
     }
 }
 
@@ -46,7 +60,7 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), Error> {
-    let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits)?;
+    let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), "locksmith server listening");
     // With our own listener tonic's `tcp_nodelay` does not apply: set it on every accepted

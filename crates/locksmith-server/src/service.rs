@@ -14,7 +14,7 @@ use locksmith_proto::server_message::Body as Out;
 use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::machine::{AcquireOutcome, Effect, Limits, LockView, Machine, Record, Refusal, SessionId};
+use crate::machine::{AcquireOutcome, Durability, Effect, Limits, LockView, Machine, Record, Refusal, SessionId};
 use crate::sink::Sink;
 
 /// Where a session's outgoing messages go (its stream).
@@ -72,10 +72,11 @@ impl Service {
     pub fn start_durable(
         dir: &Path,
         limits: Limits,
+        durability: Durability,
     ) -> Result<(Self, tokio::task::JoinHandle<Result<(), Error>>), Error> {
         let (data, records) = crate::wal::DataDir::open(dir)?;
         let restored = records.len();
-        let mut machine = Machine::restore(limits, records, now());
+        let mut machine = Machine::restore_with(limits, durability, records, now());
         let snapshot = machine.take_records();
         let file = data.rewrite(&snapshot)?;
         tracing::info!(dir = %dir.display(), records = restored, epoch = machine.epoch(), "data directory restored");

@@ -19,7 +19,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use locksmith_core::Error;
-use locksmith_proto::{wal_record::Body, WalCounter, WalGrant, WalRecord, WalRelease, WalSession};
+use locksmith_proto::{
+    wal_record::Body, WalCounter, WalGrant, WalHorizon, WalRecord, WalRelease, WalReserve, WalSession,
+};
 use prost::Message;
 
 use crate::machine::Record;
@@ -217,6 +219,10 @@ fn to_proto(r: &Record) -> WalRecord {
         Record::Counter { name, token, delay } => {
             Body::Counter(WalCounter { name: name.clone(), token: *token, delay_ms: ms(*delay) })
         }
+        Record::Reserve { name, upto } => Body::Reserve(WalReserve { name: name.clone(), upto: *upto }),
+        Record::Horizon { ttl, lock_delay } => {
+            Body::Horizon(WalHorizon { ttl_ms: ms(*ttl), lock_delay_ms: ms(*lock_delay) })
+        }
     };
     WalRecord { body: Some(body) }
 }
@@ -236,6 +242,8 @@ fn from_proto(r: WalRecord) -> Option<Record> {
         Body::Release(x) => Record::Release { name: x.name, token: x.token, delay: d(x.delay_ms) },
         Body::SessionEnd(id) => Record::SessionEnd { id },
         Body::Counter(c) => Record::Counter { name: c.name, token: c.token, delay: d(c.delay_ms) },
+        Body::Reserve(r) => Record::Reserve { name: r.name, upto: r.upto },
+        Body::Horizon(h) => Record::Horizon { ttl: d(h.ttl_ms), lock_delay: d(h.lock_delay_ms) },
     })
 }
 
@@ -251,6 +259,8 @@ mod tests {
             Record::Release { name: "a".into(), token: 9, delay: Duration::from_millis(5) },
             Record::Counter { name: "b".into(), token: 4, delay: Duration::ZERO },
             Record::SessionEnd { id: 7 },
+            Record::Reserve { name: "c".into(), upto: 2048 },
+            Record::Horizon { ttl: Duration::from_secs(3), lock_delay: Duration::from_millis(250) },
         ]
     }
 

@@ -13,6 +13,7 @@ pub struct NativeServer {
     bin: PathBuf,
     port: u16,
     dir: tempfile::TempDir,
+    args: Vec<String>,
     process: Option<ChildProcess>,
 }
 
@@ -22,8 +23,18 @@ impl NativeServer {
     /// # Panics
     /// When the server does not listen within 20 s.
     pub fn start(bin: &Path) -> Self {
+        Self::start_with(bin, &[])
+    }
+
+    /// Starts `bin serve` with extra `serve` arguments (kept for restarts), e.g.
+    /// `["--durability", "leases"]`.
+    ///
+    /// # Panics
+    /// When the server does not listen within 20 s.
+    pub fn start_with(bin: &Path, args: &[&str]) -> Self {
         let dir = tempfile::Builder::new().prefix("locksmith-test-").tempdir().expect("create a temp dir");
-        let mut s = Self { bin: bin.to_path_buf(), port: free_port(), dir, process: None };
+        let args = args.iter().map(|a| a.to_string()).collect();
+        let mut s = Self { bin: bin.to_path_buf(), port: free_port(), dir, args, process: None };
         s.restart();
         s
     }
@@ -68,6 +79,7 @@ impl NativeServer {
             .arg(format!("127.0.0.1:{}", self.port))
             .arg("--data-dir")
             .arg(&data)
+            .args(&self.args)
             .env("LOCKSMITH_LOG", "warn")
             .stdin(Stdio::null());
         let mut p = ChildProcess::spawn("locksmith serve", &mut cmd);

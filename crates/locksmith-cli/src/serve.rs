@@ -39,6 +39,7 @@ pub enum DurabilityArg {
 /// # Cancel safety
 /// Dropping it stops the server like a signal would, without the drain.
 pub async fn serve(args: ServeArgs) -> ExitCode {
+    let shutdown = shutdown_signal();
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -51,20 +52,26 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         DurabilityArg::Leases => locksmith_server::Durability::Leases,
     };
     let opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
-    match locksmith_server::serve(listener, opts, shutdown_signal()).await {
+    match locksmith_server::serve(listener, opts, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => exit::report("serve", &e),
     }
 }
 
-async fn shutdown_signal() {
+/// Installs the SIGTERM/SIGINT handlers now and resolves when one arrives. Installed before the
+/// listener is bound, so a signal sent as soon as the port answers stops the server cleanly
+/// instead of killing it with the default action.
+fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        // Without handlers the default action (terminate) still applies; never resolve here.
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        _ = int.recv() => tracing::info!("SIGINT received"),
+    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            // Without handlers the default action (terminate) still applies; never resolve here.
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM received"),
+            _ = int.recv() => tracing::info!("SIGINT received"),
+        }
     }
 }

@@ -73,11 +73,16 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod backend;
+#[macro_use]
 mod db;
 mod notify;
+mod renew;
+mod rowlock;
+mod schema;
 mod scoped;
 mod session;
 mod url;
 
 pub use backend::SqlBackend;
+pub use schema::{schema, InitReport, FENCE_TABLE, LOCKS_TABLE, ROWS_TABLE};
 pub use url::{Dialect, Mode};

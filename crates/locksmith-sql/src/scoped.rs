@@ -1,9 +1,12 @@
-//! Session-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`) and MySQL/MariaDB
-//! `GET_LOCK` (`?mode=get_lock`). Each hold owns a dedicated connection; the database frees the
-//! lock when that connection ends, so a crashed or partitioned holder loses it as soon as the
-//! server notices the connection is gone (TCP keep-alive or the server's timeouts), not after
-//! a TTL. The fencing token is bumped in `locksmith_fence` on the holding connection, after the
-//! lock was granted.
+//! Connection-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`), MySQL/MariaDB
+//! `GET_LOCK` (`?mode=get_lock`) and row locks on both (`?mode=row_lock`, statements in
+//! [`crate::rowlock`]). Each hold owns a dedicated connection; the database frees the lock when
+//! that connection ends, so a crashed or partitioned holder loses it as soon as the server
+//! notices the connection is gone (TCP keep-alive or the server's timeouts), not after a TTL.
+//! The fencing token is bumped in `locksmith_fence` after the lock was granted: on the holding
+//! connection for advisory locks and `GET_LOCK`; in a separate committed statement for row
+//! locks (a bump inside the still-open transaction would roll back with a lost hold, and the
+//! next holder would repeat the token).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,6 +17,8 @@ use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockNa
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::db::{Db, Dedicated};
+use crate::rowlock::{self, KillOnDrop};
+use crate::url::Mode;
 
 /// The advisory-lock key of a name: a 64-bit hash computed by the server (names whose hashes
 /// collide share one lock: over-exclusion, never under-exclusion).
@@ -110,6 +115,9 @@ impl ScopedSession {
 
     /// Whether `conn` is alive and still holds `name`.
     async fn still_held(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+        if self.db.mode() == Mode::RowLock {
+            return rowlock::alive(&self.db, conn).await;
+        }
         self.db
             .on(async {
                 match conn {
@@ -132,6 +140,9 @@ impl ScopedSession {
     }
 
     async fn unlock(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+        if self.db.mode() == Mode::RowLock {
+            return rowlock::rollback(&self.db, conn).await;
+        }
         self.db
             .on(async {
                 match conn {
@@ -154,6 +165,53 @@ impl ScopedSession {
             })
             .await
     }
+
+    /// Advisory lock / `GET_LOCK`: tries without blocking in the server, polling with the
+    /// jittered backoff while waiting; once granted, bumps the counter on the holding
+    /// connection. `None`: busy (only when not waiting).
+    async fn poll_lock(&self, conn: &mut Dedicated, name: &str, wait: bool) -> Result<Option<u64>> {
+        let mut backoff = Backoff::new();
+        loop {
+            if self.try_lock(conn, name).await? {
+                return self.bump(conn, name).await.map(Some);
+            }
+            if !wait {
+                return Ok(None);
+            }
+            tokio::time::sleep(backoff.delay(-1)).await;
+            locksmith_core::metrics::wakeup(self.db.dialect().label());
+        }
+    }
+
+    /// Row lock: waits in the database's lock queue (in bounded chunks) until `FOR UPDATE`
+    /// returns, bumps the counter in its own committed statement, then checks that the holding
+    /// transaction is still alive — so the lock was held from before the bump to after it, and no
+    /// later holder can have bumped first. `None`: busy (only when not waiting).
+    async fn lock_row(&self, conn: &mut Dedicated, name: &str, wait: bool) -> Result<Option<u64>> {
+        let id = rowlock::prepare(&self.db, conn, name).await?;
+        // Armed until the outcome is known: a dropped acquisition may be queued in the server.
+        let mut kill = KillOnDrop { db: self.db.clone(), id, armed: true };
+        while !rowlock::attempt(&self.db, conn, name, wait).await? {
+            if !wait {
+                kill.armed = false;
+                return Ok(None);
+            }
+            // Re-queued after a wait chunk ran out (or the row was restored).
+            locksmith_core::metrics::wakeup(self.db.dialect().label());
+        }
+        let token = self.db.bump_fence(name).await?;
+        if !rowlock::alive(&self.db, conn).await.unwrap_or(false) {
+            return Err(Error::Unavailable {
+                backend: self.db.describe().to_string(),
+                message: format!(
+                    "{}: the connection holding the row lock of {name:?} ended while granting it",
+                    self.db.dialect().label()
+                ),
+            });
+        }
+        kill.armed = false;
+        Ok(Some(token))
+    }
 }
 
 #[async_trait]
@@ -162,8 +220,9 @@ impl Session for ScopedSession {
         self.id.clone()
     }
 
-    /// Checks every hold's connection (and on MySQL that it still owns the lock); a dead
-    /// connection means the database has freed, or will free, the lock: reported lost.
+    /// Checks every hold's connection (on MySQL `GET_LOCK` also that it still owns the lock; in
+    /// row-lock mode that the transaction is alive); a dead connection means the database has
+    /// freed, or will free, the lock: reported lost.
     ///
     /// # Cancel safety
     /// Cancel safe.
@@ -192,12 +251,14 @@ impl Session for ScopedSession {
         Ok(out)
     }
 
-    /// Opens a dedicated connection and tries the lock on it (`pg_try_advisory_lock` /
-    /// `GET_LOCK(name, 0)`), polling with a jittered exponential backoff while waiting.
+    /// Opens a dedicated connection and takes the lock on it: `pg_try_advisory_lock` /
+    /// `GET_LOCK(name, 0)` polled with a jittered exponential backoff while waiting, or
+    /// `SELECT … FOR UPDATE [NOWAIT]` waiting in the database's lock queue.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped acquisition drops its connection, and the database frees a lock
-    /// taken on it.
+    /// taken on it; a row-lock acquisition dropped while queued in the server also has its
+    /// connection killed (from the pool), so it leaves no waiter that would later hold the row.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::SessionExpired);
@@ -213,24 +274,24 @@ impl Session for ScopedSession {
         }
         let name = req.name.as_str();
         let mut conn = self.db.connect_dedicated().await?;
-        let mut backoff = Backoff::new();
-        loop {
-            if self.try_lock(&mut conn, name).await? {
-                let token = self.bump(&mut conn, name).await?;
-                if self.closed.load(Ordering::SeqCst) {
-                    return Err(Error::SessionExpired);
-                }
-                self.holds().insert(key, (Arc::new(AsyncMutex::new(conn)), token));
-                return Ok(Acquired::Granted { token });
-            }
-            if !req.wait {
-                return Ok(Acquired::Busy);
-            }
-            tokio::time::sleep(backoff.delay(-1)).await;
+        let token = match self.db.mode() {
+            Mode::RowLock => match self.lock_row(&mut conn, name, req.wait).await? {
+                Some(token) => token,
+                None => return Ok(Acquired::Busy),
+            },
+            _ => match self.poll_lock(&mut conn, name, req.wait).await? {
+                Some(token) => token,
+                None => return Ok(Acquired::Busy),
+            },
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::SessionExpired);
         }
+        self.holds().insert(key, (Arc::new(AsyncMutex::new(conn)), token));
+        Ok(Acquired::Granted { token })
     }
 
-    /// Unlocks on the holding connection, then closes it.
+    /// Unlocks on the holding connection (`ROLLBACK` in row-lock mode), then closes it.
     ///
     /// # Cancel safety
     /// Cancel safe: if dropped, the connection is dropped and the database frees the lock.

@@ -225,10 +225,11 @@ impl Db {
                 match missing.is_empty() {
                     true => Ok(()),
                     false => Err(Error::Backend(format!(
-                        "{db}: table {} missing and the URL says schema=external (the driver runs no DDL): \
-                         create the tables with `locksmith sql init <url>`, or apply the DDL of \
+                        "{db}: missing table{s} {list}, and the URL says schema=external (the driver runs \
+                         no DDL): create the tables with `locksmith sql init <url>`, or apply the DDL of \
                          `locksmith sql schema --db {db}` with your migration tool",
-                        missing.join(", "),
+                        s = if missing.len() > 1 { "s" } else { "" },
+                        list = missing.join(", "),
                         db = self.dialect().label(),
                     ))),
                 }

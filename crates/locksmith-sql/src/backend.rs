@@ -90,7 +90,7 @@ impl Backend for SqlBackend {
         self.db.ping().await?;
         match self.db.mode() {
             Mode::Lease => Ok(Box::new(SqlSession::new(self.db.clone(), ttl))),
-            Mode::Advisory | Mode::GetLock | Mode::RowLock => Ok(Box::new(ScopedSession::new(self.db.clone()))),
+            Mode::Advisory | Mode::GetLock | Mode::RowLock => Ok(Box::new(ScopedSession::new(self.db.clone(), ttl))),
         }
     }
 

@@ -91,8 +91,9 @@
 //! - MySQL/MariaDB: waiting is bounded by `innodb_lock_wait_timeout`, which the driver sets to 2 s
 //!   on its own connections only; a long-open transaction also keeps undo history from being
 //!   purged;
-//! - like the other connection-scoped modes there is no TTL on the server: a partitioned client
-//!   keeps the row until the server notices its connection is gone.
+//! - like the session-scoped modes (below) the connection is the lease, ended by the server
+//!   when idle for the TTL (`idle_in_transaction_session_timeout` / `wait_timeout` set on the
+//!   holding connection), so a paused or partitioned holder loses the row after the TTL.
 //!
 //! SQLite has no row locks (it locks the whole file): `?mode=row_lock` on `sqlite://` is refused
 //! with [`Error::InvalidArgument`](locksmith_core::Error::InvalidArgument).
@@ -104,11 +105,17 @@
 //! jittered backoff. Once granted, the holding connection bumps `locksmith_fence` (same table as the
 //! lease mode) and that value is the fencing token: only the holder bumps it, so tokens strictly
 //! increase. Release unlocks and closes the connection. Keep-alive checks each holding connection
-//! (MySQL: `IS_USED_LOCK(name) = CONNECTION_ID()`); a dead connection is reported lost. There is
-//! no TTL on the server: the lock ends when the database notices the holding connection is gone
-//! (at once for a killed connection or a crashed client process; after TCP timeouts for a
-//! partitioned client, which may be longer than the client's TTL — the holder's local deadline
-//! still fires `lost()` in time). The modes do not exclude the lease mode (or each other): all
+//! (MySQL: `IS_USED_LOCK(name) = CONNECTION_ID()`); a dead connection is reported lost.
+//!
+//! **The connection is the lease.** The lock ends when the holding connection ends: at once for
+//! a killed connection or a crashed client process. A paused or partitioned client keeps its TCP
+//! connection, so each holding connection also gets a server-side idle timeout equal to the TTL
+//! (PostgreSQL `idle_session_timeout` (14+) and `idle_in_transaction_session_timeout`;
+//! MySQL/MariaDB `wait_timeout`, whole seconds rounded up). The keep-alive runs a statement on
+//! every holding connection each TTL/3, so only a holder that stopped is cut off, by the
+//! database's timer, after its own deadline fired `lost()`. On a server without these settings
+//! (PostgreSQL < 14 in advisory mode) a paused holder keeps the lock while paused; its own
+//! `lost()` still fires in time. The modes do not exclude the lease mode (or each other): all
 //! clients of one lock must use one mode. Advisory-lock keys are 64-bit hashes: two names that
 //! collide share a lock (over-exclusion). `status` reports the last token but no holder.
 //!

@@ -1,8 +1,8 @@
 //! Connection-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`), MySQL/MariaDB
 //! `GET_LOCK` (`?mode=get_lock`) and row locks on both (`?mode=row_lock`, statements in
 //! [`crate::rowlock`]). Each hold owns a dedicated connection; the database frees the lock when
-//! that connection ends, so a crashed or partitioned holder loses it as soon as the server
-//! notices the connection is gone (TCP keep-alive or the server's timeouts), not after a TTL.
+//! that connection ends: at once for a crashed holder, and after the TTL for a paused or
+//! partitioned one, whose connection the server ends once idle that long (see `lease`).
 //! The fencing token is bumped in `locksmith_fence` after the lock was granted: on the holding
 //! connection for advisory locks and `GET_LOCK`; in a separate committed statement for row
 //! locks (a bump inside the still-open transaction would roll back with a lost hold, and the
@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
@@ -41,14 +42,61 @@ type Holds = HashMap<(LockName, String), (Conn, u64)>;
 pub(crate) struct ScopedSession {
     db: Arc<Db>,
     id: String,
+    /// The session's lease: a holding connection idle this long is ended by the server.
+    ttl: Duration,
     holds: Mutex<Holds>,
     closed: AtomicBool,
 }
 
 impl ScopedSession {
-    pub(crate) fn new(db: Arc<Db>) -> Self {
+    pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
         let id = format!("{:016x}", rand::random::<u64>());
-        Self { db, id, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
+        Self { db, id, ttl, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
+    }
+
+    /// Gives the connection a lease on the server: it is ended (and its lock freed) once idle
+    /// for the TTL. The keep-alive runs a statement on every holding connection each TTL/3, so
+    /// only a holder that stopped (paused, partitioned, its host frozen) is cut off — by the
+    /// database's timer, after the holder's own deadline has passed (the idle timer starts
+    /// when a keep-alive statement ends, the holder's deadline when it was sent). Without this a
+    /// paused process keeps its TCP connection, and so its lock, for as long as it is paused.
+    async fn lease(&self, conn: &mut Dedicated) -> Result<()> {
+        let ms = self.ttl.as_millis().clamp(1, i32::MAX as u128);
+        let r = self
+            .db
+            .on(async {
+                match conn {
+                    // idle_session_timeout (not in a transaction: advisory locks) is PostgreSQL
+                    // 14+; idle_in_transaction_session_timeout covers the row-lock mode.
+                    Dedicated::Postgres(c) => {
+                        sqlx::Executor::execute(
+                            &mut *c,
+                            sqlx::AssertSqlSafe(format!("SET idle_in_transaction_session_timeout = {ms}")),
+                        )
+                        .await?;
+                        sqlx::Executor::execute(
+                            &mut *c,
+                            sqlx::AssertSqlSafe(format!("SET idle_session_timeout = {ms}")),
+                        )
+                        .await
+                        .map(drop)
+                    }
+                    // Whole seconds, rounded up: never before the holder's deadline.
+                    Dedicated::MySql(c) => sqlx::Executor::execute(
+                        &mut *c,
+                        sqlx::AssertSqlSafe(format!("SET SESSION wait_timeout = {}", ms.div_ceil(1000))),
+                    )
+                    .await
+                    .map(drop),
+                }
+            })
+            .await;
+        if let Err(e) = &r {
+            // An older server without idle_session_timeout: the lock then lasts as long as the
+            // connection (documented), which is how these modes behaved before.
+            tracing::debug!(error = %e, "no server-side idle timeout on the holding connection");
+        }
+        Ok(())
     }
 
     fn holds(&self) -> MutexGuard<'_, Holds> {
@@ -274,6 +322,7 @@ impl Session for ScopedSession {
         }
         let name = req.name.as_str();
         let mut conn = self.db.connect_dedicated().await?;
+        self.lease(&mut conn).await?;
         let token = match self.db.mode() {
             Mode::RowLock => match self.lock_row(&mut conn, name, req.wait).await? {
                 Some(token) => token,

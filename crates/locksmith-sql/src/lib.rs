@@ -75,7 +75,8 @@
 //! `SELECT 1` in the transaction (PostgreSQL fails it once the transaction aborted); a dead
 //! connection is reported lost. An acquisition dropped while queued has its connection killed
 //! from the pool (`pg_terminate_backend` / `KILL`), since a backend blocked in a lock wait does
-//! not notice its client left and would be granted the row after the holder.
+//! not notice its client left and would be granted the row after the holder. `status` reports
+//! the last token but no holder.
 //!
 //! **Costs** — use this mode when the data you protect already lives in this database and you
 //! want the lock to be the database's own row lock (the seeds' `SELECT … FOR UPDATE`); otherwise

@@ -77,11 +77,19 @@ pub(crate) struct Db {
     pool: OnceLock<Pool>,
     schema: tokio::sync::OnceCell<()>,
     wakeups: Arc<Wakeups>,
+    /// Dedicated connections that hold nothing, kept for reuse (see `conn`).
+    idle: std::sync::Mutex<Vec<Dedicated>>,
 }
 
 impl Db {
     pub(crate) fn new(config: Config) -> Self {
-        Self { config, pool: OnceLock::new(), schema: tokio::sync::OnceCell::new(), wakeups: Arc::default() }
+        Self {
+            config,
+            pool: OnceLock::new(),
+            schema: tokio::sync::OnceCell::new(),
+            wakeups: Arc::default(),
+            idle: std::sync::Mutex::default(),
+        }
     }
 
     pub(crate) fn describe(&self) -> &str {
@@ -90,6 +98,27 @@ impl Db {
 
     pub(crate) fn mode(&self) -> crate::url::Mode {
         self.config.mode
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Dedicated>> {
+        self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A kept dedicated connection (most recently used first), if any.
+    pub(crate) fn take_idle(&self) -> Option<Dedicated> {
+        self.idle().pop()
+    }
+
+    pub(crate) fn idle_len(&self) -> usize {
+        self.idle().len()
+    }
+
+    /// Keeps `c` unless `max` are kept already (then it is closed).
+    pub(crate) fn put_idle(&self, c: Dedicated, max: usize) {
+        let mut idle = self.idle();
+        if idle.len() < max {
+            idle.push(c);
+        }
     }
 
     /// A connection of its own (not from the pool), for a session-scoped lock.

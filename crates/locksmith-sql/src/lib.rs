@@ -7,7 +7,10 @@
 //! connections opens on first use (3 s connect timeout, then
 //! [`Error::Unavailable`](locksmith_core::Error::Unavailable)), and every operation is bounded
 //! (8 s; PostgreSQL pool connections also set `statement_timeout = 5s`). The connection-scoped
-//! modes open one more connection per hold. Errors name the database (`postgres: …`,
+//! modes use one more connection per hold (and per waiter); a connection that ended cleanly
+//! (released, or found the lock busy) is reset and kept for the next acquisition, up to 4 idle
+//! ones per backend, because opening one (a PostgreSQL backend fork) costs several times the
+//! lock itself. Errors name the database (`postgres: …`,
 //! `mysql: …`, `sqlite: …`).
 //!
 //! ## Schema
@@ -141,6 +144,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod backend;
+mod conn;
 #[macro_use]
 mod db;
 mod notify;

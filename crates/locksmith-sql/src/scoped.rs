@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 use tokio::sync::Mutex as AsyncMutex;
 
+use crate::conn;
 use crate::db::{Db, Dedicated};
 use crate::rowlock::{self, KillOnDrop};
 use crate::url::Mode;
@@ -52,51 +53,6 @@ impl ScopedSession {
     pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
         let id = format!("{:016x}", rand::random::<u64>());
         Self { db, id, ttl, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
-    }
-
-    /// Gives the connection a lease on the server: it is ended (and its lock freed) once idle
-    /// for the TTL. The keep-alive runs a statement on every holding connection each TTL/3, so
-    /// only a holder that stopped (paused, partitioned, its host frozen) is cut off — by the
-    /// database's timer, after the holder's own deadline has passed (the idle timer starts
-    /// when a keep-alive statement ends, the holder's deadline when it was sent). Without this a
-    /// paused process keeps its TCP connection, and so its lock, for as long as it is paused.
-    async fn lease(&self, conn: &mut Dedicated) -> Result<()> {
-        let ms = self.ttl.as_millis().clamp(1, i32::MAX as u128);
-        let r = self
-            .db
-            .on(async {
-                match conn {
-                    // idle_session_timeout (not in a transaction: advisory locks) is PostgreSQL
-                    // 14+; idle_in_transaction_session_timeout covers the row-lock mode.
-                    Dedicated::Postgres(c) => {
-                        sqlx::Executor::execute(
-                            &mut *c,
-                            sqlx::AssertSqlSafe(format!("SET idle_in_transaction_session_timeout = {ms}")),
-                        )
-                        .await?;
-                        sqlx::Executor::execute(
-                            &mut *c,
-                            sqlx::AssertSqlSafe(format!("SET idle_session_timeout = {ms}")),
-                        )
-                        .await
-                        .map(drop)
-                    }
-                    // Whole seconds, rounded up: never before the holder's deadline.
-                    Dedicated::MySql(c) => sqlx::Executor::execute(
-                        &mut *c,
-                        sqlx::AssertSqlSafe(format!("SET SESSION wait_timeout = {}", ms.div_ceil(1000))),
-                    )
-                    .await
-                    .map(drop),
-                }
-            })
-            .await;
-        if let Err(e) = &r {
-            // An older server without idle_session_timeout: the lock then lasts as long as the
-            // connection (documented), which is how these modes behaved before.
-            tracing::debug!(error = %e, "no server-side idle timeout on the holding connection");
-        }
-        Ok(())
     }
 
     fn holds(&self) -> MutexGuard<'_, Holds> {
@@ -214,6 +170,21 @@ impl ScopedSession {
             .await
     }
 
+    /// Unlocks on the holding connection, then keeps it for reuse if it ended cleanly and no
+    /// keep-alive is looking at it; otherwise it is dropped (closed).
+    async fn finish(&self, conn: Conn, name: &str) -> Result<bool> {
+        let released = {
+            let mut c = conn.lock().await;
+            self.unlock(&mut c, name).await
+        };
+        if matches!(released, Ok(true)) {
+            if let Ok(c) = Arc::try_unwrap(conn) {
+                conn::retire(&self.db, c.into_inner()).await;
+            }
+        }
+        released
+    }
+
     /// Advisory lock / `GET_LOCK`: tries without blocking in the server, polling with the
     /// jittered backoff while waiting; once granted, bumps the counter on the holding
     /// connection. `None`: busy (only when not waiting).
@@ -321,17 +292,15 @@ impl Session for ScopedSession {
             let _ = self.unlock(&mut c, req.name.as_str()).await;
         }
         let name = req.name.as_str();
-        let mut conn = self.db.connect_dedicated().await?;
-        self.lease(&mut conn).await?;
-        let token = match self.db.mode() {
-            Mode::RowLock => match self.lock_row(&mut conn, name, req.wait).await? {
-                Some(token) => token,
-                None => return Ok(Acquired::Busy),
-            },
-            _ => match self.poll_lock(&mut conn, name, req.wait).await? {
-                Some(token) => token,
-                None => return Ok(Acquired::Busy),
-            },
+        let mut conn = conn::open(&self.db, self.ttl).await?;
+        let granted = match self.db.mode() {
+            Mode::RowLock => self.lock_row(&mut conn, name, req.wait).await?,
+            _ => self.poll_lock(&mut conn, name, req.wait).await?,
+        };
+        let Some(token) = granted else {
+            // Busy: the connection holds nothing (a refused try, a rolled-back NOWAIT).
+            conn::retire(&self.db, conn).await;
+            return Ok(Acquired::Busy);
         };
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::SessionExpired);
@@ -354,8 +323,7 @@ impl Session for ScopedSession {
             }
         };
         let Some(conn) = conn else { return Ok(false) };
-        let mut c = conn.lock().await;
-        self.unlock(&mut c, name.as_str()).await
+        self.finish(conn, name.as_str()).await
     }
 
     /// Releases every hold (closing its connection).
@@ -366,8 +334,7 @@ impl Session for ScopedSession {
         self.closed.store(true, Ordering::SeqCst);
         let holds: Vec<_> = self.holds().drain().collect();
         for ((name, _), (conn, _)) in holds {
-            let mut c = conn.lock().await;
-            let _ = self.unlock(&mut c, name.as_str()).await;
+            let _ = self.finish(conn, name.as_str()).await;
         }
         Ok(())
     }

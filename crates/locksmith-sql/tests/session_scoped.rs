@@ -169,3 +169,31 @@ async fn postgres_row_lock_waiter_that_gives_up_leaves_the_queue() {
     b.close().await;
     c.close().await;
 }
+
+/// Connections are kept for reuse after a clean release; one that died while kept (here:
+/// terminated by the server, as a restart or an idle timeout would) is noticed and replaced, so
+/// the next acquisition still succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_a_kept_connection_that_died_is_replaced() {
+    let server = PostgresServer::start();
+    let admin = sqlx::PgPool::connect(&server.url()).await.unwrap_or_else(|e| panic!("{e}"));
+    for mode in ["advisory", "row_lock"] {
+        let url = format!("{}?mode={mode}", server.url());
+        let a = locksmith::connect(&url).await.unwrap_or_else(|e| panic!("{e}"));
+        let g = a.lock("reuse").await.unwrap_or_else(|e| panic!("{mode}: lock: {e}"));
+        let first = g.token();
+        assert!(g.unlock().await.unwrap_or(false));
+        let killed: Vec<bool> = sqlx::query_scalar(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = 'locksmith' AND pid <> pg_backend_pid()",
+        )
+        .fetch_all(&admin)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!killed.is_empty(), "{mode}: no locksmith connection was open");
+        let g = a.lock("reuse").await.unwrap_or_else(|e| panic!("{mode}: lock after the kill: {e}"));
+        assert!(g.token() > first, "{mode}: token {} not above {first}", g.token());
+        assert!(g.unlock().await.unwrap_or(false));
+        a.close().await;
+    }
+}

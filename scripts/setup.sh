@@ -9,9 +9,10 @@ cd "$(dirname "$0")/.."
 # (etcdctl; Apache Curator for Java, compiled by the ZooKeeper tests with the machine's javac).
 # PostgreSQL and MariaDB for the SQL driver tests; SQLite is linked from the system library
 # (sqlx's `sqlite-unbundled`), whose bindings bindgen generates with libclang at build time.
+# libfaketime (`faketime`) skews a client process's wall clock in the SQL clock-skew tests.
 packages=(
   redis-server
-  postgresql mariadb-server libsqlite3-dev libclang1-14 libclang-common-14-dev
+  postgresql mariadb-server libsqlite3-dev libclang1-14 libclang-common-14-dev faketime
   etcd-server etcd-client protobuf-compiler libprotobuf-dev
   zookeeper libzookeeper-java libcurator-recipes-java libcurator-framework-java libcurator-client-java
 )

@@ -1,4 +1,4 @@
-//! The `locksmith` command line: `serve`, `run`, `status`, `bench`. Each command is one module;
+//! The `locksmith` command line: `serve`, `run`, `status`, `bench`, `sql`. Each command is one module;
 //! this file only parses arguments and sets up logging and the runtime.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
@@ -11,6 +11,7 @@ pub mod bench;
 pub mod exit;
 pub mod run;
 pub mod serve;
+pub mod sql;
 pub mod status;
 
 /// Default backend when neither `--backend` nor `LOCKSMITH_BACKEND` is given.
@@ -36,6 +37,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// Measure lock latency and throughput against a backend.
     Bench(bench::BenchArgs),
+    /// SQL backends: create the schema on a database (`init URL`) or print its DDL (`schema`).
+    Sql(sql::SqlArgs),
 }
 
 /// Parses `500ms`, `10s`, `2m` for clap.
@@ -64,6 +67,7 @@ pub fn main() -> ExitCode {
             Command::Run(a) => run::run(a).await,
             Command::Status(a) => status::status(a).await,
             Command::Bench(a) => bench::bench(a).await,
+            Command::Sql(a) => sql::sql(a).await,
         }
     })
 }

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use locksmith_core::{Backend, Error, HolderStatus, LockName, LockStatus, Result, Session};
 
 use crate::db::Db;
+use crate::schema::InitReport;
 use crate::scoped::ScopedSession;
 use crate::session::{split_column, SqlSession};
 use crate::url::{Config, Dialect, Mode};
@@ -27,7 +28,12 @@ impl SqlBackend {
     /// - `mysql://user[:pass]@host:port/db` (MySQL or MariaDB);
     /// - `sqlite://path/to/file.db` (created if missing, WAL journal, 5 s busy timeout).
     ///
-    /// `?mode=lease` (the default, and for now the only mode) selects the lease table.
+    /// Options of our own in the query (the rest pass to the database driver):
+    /// - `mode=lease` (default, every database), `mode=advisory` (PostgreSQL),
+    ///   `mode=get_lock` (MySQL/MariaDB), `mode=row_lock` (PostgreSQL, MySQL/MariaDB): see the
+    ///   [crate docs](crate);
+    /// - `schema=auto` (default: the tables are created at first use) or `schema=external`
+    ///   (the driver runs no DDL; missing tables are an error naming `locksmith sql init`).
     ///
     /// ```
     /// use locksmith_core::Backend;
@@ -38,9 +44,24 @@ impl SqlBackend {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for a malformed URL, a non-SQL scheme or an unknown mode.
+    /// [`Error::InvalidUrl`] for a malformed URL, a non-SQL scheme or an unknown mode;
+    /// [`Error::InvalidArgument`] for `mode=row_lock` on SQLite (it has no row locks).
     pub fn from_url(url: &str) -> Result<Self> {
         Ok(Self { db: Arc::new(Db::new(Config::parse(url)?)) })
+    }
+
+    /// Creates every missing table of this database's [`schema`](crate::schema()) (all modes'
+    /// tables, whatever this URL's mode and `schema=` say) and reports which were created and
+    /// which were already there. Idempotent. What `locksmith sql init URL` runs.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: each statement is idempotent; run it again.
+    ///
+    /// # Errors
+    /// [`Error::Unavailable`] if the database cannot be reached; [`Error::Backend`] if the DDL
+    /// is refused (e.g. the user may not create tables).
+    pub async fn init_schema(&self) -> Result<InitReport> {
+        self.db.init_schema().await
     }
 
     /// How locks are held (lease table, advisory lock, `GET_LOCK`).
@@ -69,7 +90,7 @@ impl Backend for SqlBackend {
         self.db.ping().await?;
         match self.db.mode() {
             Mode::Lease => Ok(Box::new(SqlSession::new(self.db.clone(), ttl))),
-            Mode::Advisory | Mode::GetLock => Ok(Box::new(ScopedSession::new(self.db.clone()))),
+            Mode::Advisory | Mode::GetLock | Mode::RowLock => Ok(Box::new(ScopedSession::new(self.db.clone(), ttl))),
         }
     }
 

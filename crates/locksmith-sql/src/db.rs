@@ -12,6 +12,7 @@ use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
 use sqlx::Row;
 
 use crate::notify::{Registration, Wakeups};
+use crate::schema;
 use crate::url::{Config, Dialect, Options};
 
 /// Time to open a connection (or wait for a free one) before the database counts as unreachable.
@@ -63,7 +64,7 @@ pub(crate) enum Dedicated {
 }
 
 #[derive(Debug, Clone)]
-enum Pool {
+pub(crate) enum Pool {
     Postgres(PgPool),
     MySql(MySqlPool),
     Sqlite(SqlitePool),
@@ -76,11 +77,19 @@ pub(crate) struct Db {
     pool: OnceLock<Pool>,
     schema: tokio::sync::OnceCell<()>,
     wakeups: Arc<Wakeups>,
+    /// Dedicated connections that hold nothing, kept for reuse (see `conn`).
+    idle: std::sync::Mutex<Vec<Dedicated>>,
 }
 
 impl Db {
     pub(crate) fn new(config: Config) -> Self {
-        Self { config, pool: OnceLock::new(), schema: tokio::sync::OnceCell::new(), wakeups: Arc::default() }
+        Self {
+            config,
+            pool: OnceLock::new(),
+            schema: tokio::sync::OnceCell::new(),
+            wakeups: Arc::default(),
+            idle: std::sync::Mutex::default(),
+        }
     }
 
     pub(crate) fn describe(&self) -> &str {
@@ -89,6 +98,27 @@ impl Db {
 
     pub(crate) fn mode(&self) -> crate::url::Mode {
         self.config.mode
+    }
+
+    fn idle(&self) -> std::sync::MutexGuard<'_, Vec<Dedicated>> {
+        self.idle.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A kept dedicated connection (most recently used first), if any.
+    pub(crate) fn take_idle(&self) -> Option<Dedicated> {
+        self.idle().pop()
+    }
+
+    pub(crate) fn idle_len(&self) -> usize {
+        self.idle().len()
+    }
+
+    /// Keeps `c` unless `max` are kept already (then it is closed).
+    pub(crate) fn put_idle(&self, c: Dedicated, max: usize) {
+        let mut idle = self.idle();
+        if idle.len() < max {
+            idle.push(c);
+        }
     }
 
     /// A connection of its own (not from the pool), for a session-scoped lock.
@@ -108,7 +138,7 @@ impl Db {
             }
         };
         match r {
-            Ok(r) => r.map_err(|e| self.err(e)),
+            Ok(r) => r.map_err(|e| self.map_err(e)),
             Err(_) => Err(Error::Unavailable {
                 backend: self.describe().to_string(),
                 message: format!("{}: no connection within {CONNECT_TIMEOUT:?}", self.dialect().label()),
@@ -119,7 +149,7 @@ impl Db {
     /// Runs one operation on a dedicated connection with the operation timeout.
     pub(crate) async fn on<T>(&self, f: impl Future<Output = Result<T, sqlx::Error>>) -> Result<T> {
         match tokio::time::timeout(OP_TIMEOUT, f).await {
-            Ok(r) => r.map_err(|e| self.err(e)),
+            Ok(r) => r.map_err(|e| self.map_err(e)),
             Err(_) => Err(Error::Unavailable {
                 backend: self.describe().to_string(),
                 message: format!("{}: no answer within {OP_TIMEOUT:?}", self.dialect().label()),
@@ -133,7 +163,7 @@ impl Db {
 
     /// Maps a driver error: connection trouble is [`Error::Unavailable`], the rest names the
     /// database.
-    fn err(&self, e: sqlx::Error) -> Error {
+    pub(crate) fn map_err(&self, e: sqlx::Error) -> Error {
         let label = self.dialect().label();
         let unavailable = match &e {
             sqlx::Error::Io(_)
@@ -157,7 +187,7 @@ impl Db {
     /// Runs `f` with the operation timeout, again after a deadlock, a serialization failure or
     /// SQLite's immediate `SQLITE_BUSY` (a read transaction that cannot upgrade, a journal-mode
     /// switch by another connection).
-    async fn timed<T, F, Fut>(&self, f: F) -> Result<T>
+    pub(crate) async fn timed<T, F, Fut>(&self, f: F) -> Result<T>
     where
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, sqlx::Error>>,
@@ -175,7 +205,7 @@ impl Db {
             }
         };
         match tokio::time::timeout(OP_TIMEOUT, run).await {
-            Ok(r) => r.map_err(|e| self.err(e)),
+            Ok(r) => r.map_err(|e| self.map_err(e)),
             Err(_) => Err(Error::Unavailable {
                 backend: self.describe().to_string(),
                 message: format!("{}: no answer within {OP_TIMEOUT:?}", self.dialect().label()),
@@ -209,11 +239,108 @@ impl Db {
         })
     }
 
-    /// The pool, with the schema in place.
-    async fn pool(&self) -> Result<&Pool> {
+    /// The pool, with the schema in place: created on first use, or with `schema=external`
+    /// checked to exist (a failed check is not remembered, so `locksmith sql init` fixes it
+    /// without a restart).
+    pub(crate) async fn pool(&self) -> Result<&Pool> {
         let pool = self.raw_pool();
-        self.schema.get_or_try_init(|| self.timed(move || create_schema(pool))).await?;
+        self.schema
+            .get_or_try_init(|| async move {
+                if !self.config.schema_external {
+                    return self.timed(move || schema::create(pool)).await;
+                }
+                let needed = schema::tables_of(self.mode());
+                let missing = self.timed(move || schema::missing(pool, needed)).await?;
+                match missing.is_empty() {
+                    true => Ok(()),
+                    false => Err(Error::Backend(format!(
+                        "{db}: missing table{s} {list}, and the URL says schema=external (the driver runs \
+                         no DDL): create the tables with `locksmith sql init <url>`, or apply the DDL of \
+                         `locksmith sql schema --db {db}` with your migration tool",
+                        s = if missing.len() > 1 { "s" } else { "" },
+                        list = missing.join(", "),
+                        db = self.dialect().label(),
+                    ))),
+                }
+            })
+            .await?;
         Ok(pool)
+    }
+
+    /// Creates every table of the dialect that is missing (whatever the URL's `schema=`), and
+    /// says which were created.
+    pub(crate) async fn init_schema(&self) -> Result<schema::InitReport> {
+        let pool = self.raw_pool();
+        let all = schema::tables(self.dialect());
+        let missing = self.timed(move || schema::missing(pool, all)).await?;
+        self.timed(move || schema::create(pool)).await?;
+        let (created, existing) = all.iter().partition(|t| missing.contains(t));
+        Ok(schema::InitReport { created, existing })
+    }
+
+    /// Bumps the fencing counter of `name` in its own committed statement (pool connection)
+    /// and returns the new value.
+    pub(crate) async fn bump_fence(&self, name: &str) -> Result<u64> {
+        let pool = self.pool().await?;
+        let token = self
+            .timed(move || async move {
+                match pool {
+                    Pool::Postgres(p) => {
+                        sqlx::query_scalar::<_, i64>(
+                            "INSERT INTO locksmith_fence (name, token) VALUES ($1, 1) \
+                             ON CONFLICT (name) DO UPDATE SET token = locksmith_fence.token + 1 RETURNING token",
+                        )
+                        .bind(name)
+                        .fetch_one(p)
+                        .await
+                    }
+                    Pool::MySql(p) => {
+                        // LAST_INSERT_ID(expr) is per connection: both statements on one.
+                        let mut c = p.acquire().await?;
+                        sqlx::query(
+                            "INSERT INTO locksmith_fence (name, token) VALUES (?, LAST_INSERT_ID(1)) \
+                             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)",
+                        )
+                        .bind(name)
+                        .execute(&mut *c)
+                        .await?;
+                        sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)").fetch_one(&mut *c).await
+                    }
+                    Pool::Sqlite(p) => {
+                        sqlx::query_scalar::<_, i64>(
+                            "INSERT INTO locksmith_fence (name, token) VALUES (?1, 1) \
+                             ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token",
+                        )
+                        .bind(name)
+                        .fetch_one(p)
+                        .await
+                    }
+                }
+            })
+            .await?;
+        u64::try_from(token).map_err(|_| {
+            Error::Protocol(format!("{}: fencing counter of {name:?} is negative ({token})", self.dialect().label()))
+        })
+    }
+
+    /// Kills another connection of this database by its server-side id (PostgreSQL backend pid,
+    /// MySQL connection id): ends a dropped acquisition blocked in a lock wait, which would
+    /// otherwise stay queued (and briefly hold the lock) after its client went away.
+    pub(crate) async fn kill_connection(&self, id: i64) -> Result<()> {
+        let pool = self.raw_pool();
+        self.timed(move || async move {
+            match pool {
+                Pool::Postgres(p) => {
+                    sqlx::query("SELECT pg_terminate_backend($1::int)").bind(id).execute(p).await.map(drop)
+                }
+                // KILL takes no placeholders; the id is a number we read from the server.
+                Pool::MySql(p) => {
+                    sqlx::query(sqlx::AssertSqlSafe(format!("KILL CONNECTION {id}"))).execute(p).await.map(drop)
+                }
+                Pool::Sqlite(_) => Ok(()),
+            }
+        })
+        .await
     }
 
     /// A wake-up registration for a waiter on `name` (PostgreSQL only: LISTEN/NOTIFY), starting
@@ -255,54 +382,6 @@ impl Db {
             }),
             busy => Ok(busy),
         }
-    }
-
-    /// Owner-checked renewal: `expires_at = now + ttl` by the database clock. False: not ours.
-    pub(crate) async fn renew(&self, name: &str, owner: &str, token: u64, ttl_ms: i64) -> Result<bool> {
-        let pool = self.pool().await?;
-        let token = i64::try_from(token).unwrap_or(i64::MAX);
-        let n = self
-            .timed(move || async move {
-                match pool {
-                    Pool::Postgres(p) => sqlx::query(concat!(
-                        "UPDATE locksmith_locks SET expires_at = ",
-                        pg_in_ms!("4"),
-                        " WHERE name = $1 AND owner = $2 AND token = $3"
-                    ))
-                    .bind(name)
-                    .bind(owner)
-                    .bind(token)
-                    .bind(ttl_ms)
-                    .execute(p)
-                    .await
-                    .map(|r| r.rows_affected()),
-                    Pool::MySql(p) => sqlx::query(
-                        "UPDATE locksmith_locks SET expires_at = NOW(6) + INTERVAL ? MICROSECOND \
-                         WHERE name = ? AND owner = ? AND token = ?",
-                    )
-                    .bind(ttl_ms.saturating_mul(1000))
-                    .bind(name)
-                    .bind(owner)
-                    .bind(token)
-                    .execute(p)
-                    .await
-                    .map(|r| r.rows_affected()),
-                    Pool::Sqlite(p) => sqlx::query(concat!(
-                        "UPDATE locksmith_locks SET expires_at = ",
-                        sqlite_now_ms!(),
-                        " + ?4 WHERE name = ?1 AND owner = ?2 AND token = ?3"
-                    ))
-                    .bind(name)
-                    .bind(owner)
-                    .bind(token)
-                    .bind(ttl_ms)
-                    .execute(p)
-                    .await
-                    .map(|r| r.rows_affected()),
-                }
-            })
-            .await?;
-        Ok(n > 0)
     }
 
     /// Owner-checked release. True: the row was ours and is gone.
@@ -459,59 +538,6 @@ where
         _ => None,
     };
     Ok(Row0 { name, last_token, holder })
-}
-
-/// Creates both tables if missing. On PostgreSQL under a transaction-scoped advisory lock:
-/// concurrent `CREATE TABLE IF NOT EXISTS` there can fail with a unique violation.
-async fn create_schema(pool: &Pool) -> Result<(), sqlx::Error> {
-    match pool {
-        Pool::Postgres(p) => {
-            let mut tx = p.begin().await?;
-            sqlx::query("SELECT pg_advisory_xact_lock(7531753175317531)").execute(&mut *tx).await?;
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS locksmith_locks (name TEXT PRIMARY KEY, owner TEXT NOT NULL, \
-                 token BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)",
-            )
-            .execute(&mut *tx)
-            .await?;
-            sqlx::query("CREATE TABLE IF NOT EXISTS locksmith_fence (name TEXT PRIMARY KEY, token BIGINT NOT NULL)")
-                .execute(&mut *tx)
-                .await?;
-            tx.commit().await
-        }
-        Pool::MySql(p) => {
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS locksmith_locks (\
-                 name VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
-                 owner VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-                 token BIGINT NOT NULL, expires_at DATETIME(6) NOT NULL) ENGINE=InnoDB",
-            )
-            .execute(p)
-            .await?;
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS locksmith_fence (\
-                 name VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL PRIMARY KEY, \
-                 token BIGINT NOT NULL) ENGINE=InnoDB",
-            )
-            .execute(p)
-            .await
-            .map(drop)
-        }
-        Pool::Sqlite(p) => {
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS locksmith_locks (name TEXT PRIMARY KEY NOT NULL, owner TEXT NOT NULL, \
-                 token INTEGER NOT NULL, expires_at INTEGER NOT NULL)",
-            )
-            .execute(p)
-            .await?;
-            sqlx::query(
-                "CREATE TABLE IF NOT EXISTS locksmith_fence (name TEXT PRIMARY KEY NOT NULL, token INTEGER NOT NULL)",
-            )
-            .execute(p)
-            .await
-            .map(drop)
-        }
-    }
 }
 
 /// The acquire transaction. Returns the bumped counter and the outcome; a busy outcome was

@@ -1,21 +1,37 @@
 //! # locksmith-sql: PostgreSQL, MySQL/MariaDB and SQLite as locksmith backends
 //!
 //! URLs: `postgres://user[:pass]@host:port/db` (or `postgresql://…`),
-//! `mysql://user[:pass]@host:port/db`, `sqlite://path/to/file.db` (created if missing).
-//! Building a [`SqlBackend`] does no I/O; a pool of up to 4 connections opens on first use
-//! (3 s connect timeout, then [`Error::Unavailable`](locksmith_core::Error::Unavailable)), and
-//! every operation is bounded (8 s; PostgreSQL also sets `statement_timeout = 5s`). Errors name
-//! the database (`postgres: …`, `mysql: …`, `sqlite: …`).
+//! `mysql://user[:pass]@host:port/db`, `sqlite://path/to/file.db` (created if missing), with
+//! `?mode=lease|advisory|get_lock|row_lock` and `?schema=auto|external` (below; other query
+//! options go to the database driver). Building a [`SqlBackend`] does no I/O; a pool of up to 5
+//! connections opens on first use (3 s connect timeout, then
+//! [`Error::Unavailable`](locksmith_core::Error::Unavailable)), and every operation is bounded
+//! (8 s; PostgreSQL pool connections also set `statement_timeout = 5s`). The connection-scoped
+//! modes use one more connection per hold (and per waiter); a connection that ended cleanly
+//! (released, or found the lock busy) is reset and kept for the next acquisition, up to 4 idle
+//! ones per backend, because opening one (a PostgreSQL backend fork) costs several times the
+//! lock itself. Errors name the database (`postgres: …`,
+//! `mysql: …`, `sqlite: …`).
 //!
-//! ## Lease-table mode (the default, `?mode=lease`, every database)
-//! Two tables, created on first use with `CREATE TABLE IF NOT EXISTS`:
+//! ## Schema
+//! Three tables (two on SQLite), created on first use with `CREATE TABLE IF NOT EXISTS`:
 //!
 //! ```sql
-//! -- one row per held lock; a row whose expires_at has passed is free to take over
+//! -- lease mode: one row per held lock; a row whose expires_at has passed is free to take over
 //! CREATE TABLE locksmith_locks (name PRIMARY KEY, owner, token, expires_at);
-//! -- the fencing counter per lock: never deleted, only incremented
+//! -- every mode: the fencing counter per lock, never deleted, only incremented
 //! CREATE TABLE locksmith_fence (name PRIMARY KEY, token);
+//! -- row-lock mode (PostgreSQL, MySQL/MariaDB): one row per lock name, locked FOR UPDATE
+//! CREATE TABLE locksmith_rows (name PRIMARY KEY);
 //! ```
+//!
+//! The exact DDL per database comes from one place, [`schema()`]; `locksmith sql schema --db
+//! postgres|mysql|sqlite` prints it for migration tools and `locksmith sql init URL` applies it
+//! ([`SqlBackend::init_schema`]). With `?schema=external` in the URL the driver never runs DDL
+//! (for users without `CREATE` rights, or teams whose migrations own the schema): it checks
+//! once that its tables exist and otherwise fails with an error naming `locksmith sql init`.
+//!
+//! ## Lease-table mode (the default, `?mode=lease`, every database)
 //!
 //! | | `name` | `owner` | `token` | `expires_at` | clock |
 //! |---|---|---|---|---|---|
@@ -33,8 +49,10 @@
 //!   The counter's row lock serializes acquirers of one lock for the few statements of the
 //!   transaction. SQLite uses `BEGIN IMMEDIATE` (WAL journal, 5 s busy timeout), so several
 //!   processes can share one file. Deadlocks and serialization failures are retried.
-//! - **Renew**: `UPDATE … SET expires_at = now + ttl WHERE name = ? AND owner = ? AND token = ?`;
-//!   0 rows means the hold is gone (the engine fires `lost()`).
+//! - **Renew**: one statement per keep-alive for every hold of the session:
+//!   `UPDATE … SET expires_at = now + ttl WHERE (name, owner, token) IN (…)` (PostgreSQL joins
+//!   `unnest` arrays and SQLite uses `RETURNING`; MySQL/MariaDB update and read back in one
+//!   short transaction). A hold missing from the answer is gone (the engine fires `lost()`).
 //! - **Release**: `DELETE … WHERE name = ? AND owner = ? AND token = ?`; rows affected tell
 //!   whether it was ours. A retried release deletes nothing and answers `false`.
 //! - **Waiting** polls with a jittered exponential backoff (5 ms doubling to 200 ms, ±20 %)
@@ -42,8 +60,47 @@
 //!   again right after an expiry. Not FIFO; `status` reports no waiters.
 //! - **Cancel safety**: an acquisition dropped (or failing) while its transaction may have
 //!   committed spawns an owner-checked `DELETE` of exactly that attempt's row.
-//! - **Sessions**: no server-side session; a session is an id plus the holds it renews (one
-//!   `UPDATE` per hold per keep-alive). Lock-delay is not supported.
+//! - **Sessions**: no server-side session; a session is an id plus the holds it renews.
+//!   Lock-delay is not supported.
+//!
+//! ## Row-lock mode (`?mode=row_lock` on PostgreSQL and MySQL/MariaDB)
+//! The lock is `SELECT name FROM locksmith_rows WHERE name = ? FOR UPDATE`, held in a
+//! transaction left open on a dedicated connection for the life of the guard. The lock's row is
+//! inserted idempotently and committed before the first lock (MySQL looks first with a plain
+//! read: InnoDB would lock an existing row on a duplicate insert). Waiters queue in the
+//! database's own lock queue, re-queueing every 2 s (`lock_timeout = '2s'` /
+//! `innodb_lock_wait_timeout = 2`) so no statement is unbounded; `try_lock` uses `FOR UPDATE
+//! NOWAIT` (MariaDB ≥ 10.3, MySQL ≥ 8.0). Once the row is locked the counter in
+//! `locksmith_fence` is bumped **in a separate, committed statement** (a bump inside the open
+//! transaction would roll back with a lost hold and the next holder would repeat the token),
+//! then the holding transaction is checked to be alive, so the lock was held across the bump and
+//! tokens strictly increase. Release is `ROLLBACK` and closes the connection; keep-alive runs
+//! `SELECT 1` in the transaction (PostgreSQL fails it once the transaction aborted); a dead
+//! connection is reported lost. An acquisition dropped while queued has its connection killed
+//! from the pool (`pg_terminate_backend` / `KILL`), since a backend blocked in a lock wait does
+//! not notice its client left and would be granted the row after the holder. `status` reports
+//! the last token but no holder.
+//!
+//! **Costs** — use this mode when the data you protect already lives in this database and you
+//! want the lock to be the database's own row lock (the seeds' `SELECT … FOR UPDATE`); otherwise
+//! prefer the lease mode:
+//! - one connection **and one open transaction per holder** (plus one per queued waiter):
+//!   size the database's `max_connections` (and any pooler in front: transaction-mode PgBouncer
+//!   cannot carry a transaction across statements of different clients, use session mode) for
+//!   the number of concurrent holders and waiters;
+//! - PostgreSQL: a long-held lock is a long-running transaction; it holds back the xmin horizon,
+//!   so `VACUUM` cannot remove dead rows of *any* table meanwhile (bloat), and
+//!   `idle_in_transaction_session_timeout`, if set on the server, ends holders (they see
+//!   `lost()`);
+//! - MySQL/MariaDB: waiting is bounded by `innodb_lock_wait_timeout`, which the driver sets to 2 s
+//!   on its own connections only; a long-open transaction also keeps undo history from being
+//!   purged;
+//! - like the session-scoped modes (below) the connection is the lease, ended by the server
+//!   when idle for the TTL (`idle_in_transaction_session_timeout` / `wait_timeout` set on the
+//!   holding connection), so a paused or partitioned holder loses the row after the TTL.
+//!
+//! SQLite has no row locks (it locks the whole file): `?mode=row_lock` on `sqlite://` is refused
+//! with [`Error::InvalidArgument`](locksmith_core::Error::InvalidArgument).
 //!
 //! ## Session-scoped modes (`?mode=advisory` on PostgreSQL, `?mode=get_lock` on MySQL/MariaDB)
 //! Each hold opens a connection of its own (outside the pool) and takes the database's own lock on
@@ -52,11 +109,17 @@
 //! jittered backoff. Once granted, the holding connection bumps `locksmith_fence` (same table as the
 //! lease mode) and that value is the fencing token: only the holder bumps it, so tokens strictly
 //! increase. Release unlocks and closes the connection. Keep-alive checks each holding connection
-//! (MySQL: `IS_USED_LOCK(name) = CONNECTION_ID()`); a dead connection is reported lost. There is
-//! no TTL on the server: the lock ends when the database notices the holding connection is gone
-//! (at once for a killed connection or a crashed client process; after TCP timeouts for a
-//! partitioned client, which may be longer than the client's TTL — the holder's local deadline
-//! still fires `lost()` in time). The modes do not exclude the lease mode (or each other): all
+//! (MySQL: `IS_USED_LOCK(name) = CONNECTION_ID()`); a dead connection is reported lost.
+//!
+//! **The connection is the lease.** The lock ends when the holding connection ends: at once for
+//! a killed connection or a crashed client process. A paused or partitioned client keeps its TCP
+//! connection, so each holding connection also gets a server-side idle timeout equal to the TTL
+//! (PostgreSQL `idle_session_timeout` (14+) and `idle_in_transaction_session_timeout`;
+//! MySQL/MariaDB `wait_timeout`, whole seconds rounded up). The keep-alive runs a statement on
+//! every holding connection each TTL/3, so only a holder that stopped is cut off, by the
+//! database's timer, after its own deadline fired `lost()`. On a server without these settings
+//! (PostgreSQL < 14 in advisory mode) a paused holder keeps the lock while paused; its own
+//! `lost()` still fires in time. The modes do not exclude the lease mode (or each other): all
 //! clients of one lock must use one mode. Advisory-lock keys are 64-bit hashes: two names that
 //! collide share a lock (over-exclusion). `status` reports the last token but no holder.
 //!
@@ -69,15 +132,29 @@
 //!   a crash loses neither a lock row nor a counter value. With asynchronous replication a
 //!   fail-over can lose recently granted rows (a second holder) and counter increments
 //!   (**tokens may then repeat**).
-//! - SQLite is only as good as the file system's locking: never put the file on NFS.
+//! - SQLite is only as good as the file system's locking: never put the file on NFS. SQLite has
+//!   no server, so its "database clock" is the clock of each process on the file's host
+//!   (`julianday('now')` runs in the client): one host, one clock — but a process whose wall
+//!   clock is faked or wrong does move the leases it writes.
+//!
+//! ## Metrics
+//! Every time a waiting acquisition goes back to the database to re-check the lock (after a
+//! NOTIFY, a poll interval or a row-lock wait chunk; never for its first attempt) it counts
+//! [`locksmith_core::metrics::WAKEUPS`] with `backend` = `postgres`, `mysql` or `sqlite`.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod backend;
+mod conn;
+#[macro_use]
 mod db;
 mod notify;
+mod renew;
+mod rowlock;
+mod schema;
 mod scoped;
 mod session;
 mod url;
 
 pub use backend::SqlBackend;
+pub use schema::{schema, InitReport, FENCE_TABLE, LOCKS_TABLE, ROWS_TABLE};
 pub use url::{Dialect, Mode};

@@ -1,19 +1,26 @@
-//! Session-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`) and MySQL/MariaDB
-//! `GET_LOCK` (`?mode=get_lock`). Each hold owns a dedicated connection; the database frees the
-//! lock when that connection ends, so a crashed or partitioned holder loses it as soon as the
-//! server notices the connection is gone (TCP keep-alive or the server's timeouts), not after
-//! a TTL. The fencing token is bumped in `locksmith_fence` on the holding connection, after the
-//! lock was granted.
+//! Connection-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`), MySQL/MariaDB
+//! `GET_LOCK` (`?mode=get_lock`) and row locks on both (`?mode=row_lock`, statements in
+//! [`crate::rowlock`]). Each hold owns a dedicated connection; the database frees the lock when
+//! that connection ends: at once for a crashed holder, and after the TTL for a paused or
+//! partitioned one, whose connection the server ends once idle that long (see `lease`).
+//! The fencing token is bumped in `locksmith_fence` after the lock was granted: on the holding
+//! connection for advisory locks and `GET_LOCK`; in a separate committed statement for row
+//! locks (a bump inside the still-open transaction would roll back with a lost hold, and the
+//! next holder would repeat the token).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 use tokio::sync::Mutex as AsyncMutex;
 
+use crate::conn;
 use crate::db::{Db, Dedicated};
+use crate::rowlock::{self, KillOnDrop};
+use crate::url::Mode;
 
 /// The advisory-lock key of a name: a 64-bit hash computed by the server (names whose hashes
 /// collide share one lock: over-exclusion, never under-exclusion).
@@ -36,14 +43,16 @@ type Holds = HashMap<(LockName, String), (Conn, u64)>;
 pub(crate) struct ScopedSession {
     db: Arc<Db>,
     id: String,
+    /// The session's lease: a holding connection idle this long is ended by the server.
+    ttl: Duration,
     holds: Mutex<Holds>,
     closed: AtomicBool,
 }
 
 impl ScopedSession {
-    pub(crate) fn new(db: Arc<Db>) -> Self {
+    pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
         let id = format!("{:016x}", rand::random::<u64>());
-        Self { db, id, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
+        Self { db, id, ttl, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
     }
 
     fn holds(&self) -> MutexGuard<'_, Holds> {
@@ -110,6 +119,9 @@ impl ScopedSession {
 
     /// Whether `conn` is alive and still holds `name`.
     async fn still_held(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+        if self.db.mode() == Mode::RowLock {
+            return rowlock::alive(&self.db, conn).await;
+        }
         self.db
             .on(async {
                 match conn {
@@ -132,6 +144,9 @@ impl ScopedSession {
     }
 
     async fn unlock(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+        if self.db.mode() == Mode::RowLock {
+            return rowlock::rollback(&self.db, conn).await;
+        }
         self.db
             .on(async {
                 match conn {
@@ -154,6 +169,68 @@ impl ScopedSession {
             })
             .await
     }
+
+    /// Unlocks on the holding connection, then keeps it for reuse if it ended cleanly and no
+    /// keep-alive is looking at it; otherwise it is dropped (closed).
+    async fn finish(&self, conn: Conn, name: &str) -> Result<bool> {
+        let released = {
+            let mut c = conn.lock().await;
+            self.unlock(&mut c, name).await
+        };
+        if matches!(released, Ok(true)) {
+            if let Ok(c) = Arc::try_unwrap(conn) {
+                conn::retire(&self.db, c.into_inner()).await;
+            }
+        }
+        released
+    }
+
+    /// Advisory lock / `GET_LOCK`: tries without blocking in the server, polling with the
+    /// jittered backoff while waiting; once granted, bumps the counter on the holding
+    /// connection. `None`: busy (only when not waiting).
+    async fn poll_lock(&self, conn: &mut Dedicated, name: &str, wait: bool) -> Result<Option<u64>> {
+        let mut backoff = Backoff::new();
+        loop {
+            if self.try_lock(conn, name).await? {
+                return self.bump(conn, name).await.map(Some);
+            }
+            if !wait {
+                return Ok(None);
+            }
+            tokio::time::sleep(backoff.delay(-1)).await;
+            locksmith_core::metrics::wakeup(self.db.dialect().label());
+        }
+    }
+
+    /// Row lock: waits in the database's lock queue (in bounded chunks) until `FOR UPDATE`
+    /// returns, bumps the counter in its own committed statement, then checks that the holding
+    /// transaction is still alive — so the lock was held from before the bump to after it, and no
+    /// later holder can have bumped first. `None`: busy (only when not waiting).
+    async fn lock_row(&self, conn: &mut Dedicated, name: &str, wait: bool) -> Result<Option<u64>> {
+        let id = rowlock::prepare(&self.db, conn, name).await?;
+        // Armed until the outcome is known: a dropped acquisition may be queued in the server.
+        let mut kill = KillOnDrop { db: self.db.clone(), id, armed: true };
+        while !rowlock::attempt(&self.db, conn, name, wait).await? {
+            if !wait {
+                kill.armed = false;
+                return Ok(None);
+            }
+            // Re-queued after a wait chunk ran out (or the row was restored).
+            locksmith_core::metrics::wakeup(self.db.dialect().label());
+        }
+        let token = self.db.bump_fence(name).await?;
+        if !rowlock::alive(&self.db, conn).await.unwrap_or(false) {
+            return Err(Error::Unavailable {
+                backend: self.db.describe().to_string(),
+                message: format!(
+                    "{}: the connection holding the row lock of {name:?} ended while granting it",
+                    self.db.dialect().label()
+                ),
+            });
+        }
+        kill.armed = false;
+        Ok(Some(token))
+    }
 }
 
 #[async_trait]
@@ -162,8 +239,9 @@ impl Session for ScopedSession {
         self.id.clone()
     }
 
-    /// Checks every hold's connection (and on MySQL that it still owns the lock); a dead
-    /// connection means the database has freed, or will free, the lock: reported lost.
+    /// Checks every hold's connection (on MySQL `GET_LOCK` also that it still owns the lock; in
+    /// row-lock mode that the transaction is alive); a dead connection means the database has
+    /// freed, or will free, the lock: reported lost.
     ///
     /// # Cancel safety
     /// Cancel safe.
@@ -192,12 +270,14 @@ impl Session for ScopedSession {
         Ok(out)
     }
 
-    /// Opens a dedicated connection and tries the lock on it (`pg_try_advisory_lock` /
-    /// `GET_LOCK(name, 0)`), polling with a jittered exponential backoff while waiting.
+    /// Opens a dedicated connection and takes the lock on it: `pg_try_advisory_lock` /
+    /// `GET_LOCK(name, 0)` polled with a jittered exponential backoff while waiting, or
+    /// `SELECT … FOR UPDATE [NOWAIT]` waiting in the database's lock queue.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped acquisition drops its connection, and the database frees a lock
-    /// taken on it.
+    /// taken on it; a row-lock acquisition dropped while queued in the server also has its
+    /// connection killed (from the pool), so it leaves no waiter that would later hold the row.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::SessionExpired);
@@ -212,25 +292,24 @@ impl Session for ScopedSession {
             let _ = self.unlock(&mut c, req.name.as_str()).await;
         }
         let name = req.name.as_str();
-        let mut conn = self.db.connect_dedicated().await?;
-        let mut backoff = Backoff::new();
-        loop {
-            if self.try_lock(&mut conn, name).await? {
-                let token = self.bump(&mut conn, name).await?;
-                if self.closed.load(Ordering::SeqCst) {
-                    return Err(Error::SessionExpired);
-                }
-                self.holds().insert(key, (Arc::new(AsyncMutex::new(conn)), token));
-                return Ok(Acquired::Granted { token });
-            }
-            if !req.wait {
-                return Ok(Acquired::Busy);
-            }
-            tokio::time::sleep(backoff.delay(-1)).await;
+        let mut conn = conn::open(&self.db, self.ttl).await?;
+        let granted = match self.db.mode() {
+            Mode::RowLock => self.lock_row(&mut conn, name, req.wait).await?,
+            _ => self.poll_lock(&mut conn, name, req.wait).await?,
+        };
+        let Some(token) = granted else {
+            // Busy: the connection holds nothing (a refused try, a rolled-back NOWAIT).
+            conn::retire(&self.db, conn).await;
+            return Ok(Acquired::Busy);
+        };
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(Error::SessionExpired);
         }
+        self.holds().insert(key, (Arc::new(AsyncMutex::new(conn)), token));
+        Ok(Acquired::Granted { token })
     }
 
-    /// Unlocks on the holding connection, then closes it.
+    /// Unlocks on the holding connection (`ROLLBACK` in row-lock mode), then closes it.
     ///
     /// # Cancel safety
     /// Cancel safe: if dropped, the connection is dropped and the database frees the lock.
@@ -244,8 +323,7 @@ impl Session for ScopedSession {
             }
         };
         let Some(conn) = conn else { return Ok(false) };
-        let mut c = conn.lock().await;
-        self.unlock(&mut c, name.as_str()).await
+        self.finish(conn, name.as_str()).await
     }
 
     /// Releases every hold (closing its connection).
@@ -256,8 +334,7 @@ impl Session for ScopedSession {
         self.closed.store(true, Ordering::SeqCst);
         let holds: Vec<_> = self.holds().drain().collect();
         for ((name, _), (conn, _)) in holds {
-            let mut c = conn.lock().await;
-            let _ = self.unlock(&mut c, name.as_str()).await;
+            let _ = self.finish(conn, name.as_str()).await;
         }
         Ok(())
     }

@@ -88,8 +88,8 @@ impl Session for SqlSession {
         self.id.clone()
     }
 
-    /// Renews every hold of this session (one owner-checked `UPDATE` each); reports holds whose
-    /// row is gone or taken over.
+    /// Renews every hold of this session in one owner-checked statement (one short
+    /// transaction on MySQL/MariaDB); reports holds whose row is gone or taken over.
     ///
     /// # Cancel safety
     /// Cancel safe.
@@ -100,8 +100,15 @@ impl Session for SqlSession {
             self.db.ping().await?;
             return Ok(out);
         }
+        let batch: Vec<_> = snapshot
+            .iter()
+            .map(|((name, _), (column, token))| {
+                (name.to_string(), column.clone(), i64::try_from(*token).unwrap_or(i64::MAX))
+            })
+            .collect();
+        let renewed = self.db.renew_all(&batch, self.ttl_ms).await?;
         for ((name, owner), (column, token)) in snapshot {
-            if self.db.renew(name.as_str(), &column, token, self.ttl_ms).await? {
+            if renewed.contains(&(name.to_string(), column.clone())) {
                 continue;
             }
             let mut holds = self.holds();
@@ -183,6 +190,8 @@ impl Session for SqlSession {
                 },
                 None => tokio::time::sleep(delay).await,
             }
+            // Counted before every re-check, never before the first attempt.
+            locksmith_core::metrics::wakeup(self.db.dialect().label());
         }
     }
 

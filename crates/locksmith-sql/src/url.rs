@@ -42,6 +42,21 @@ pub enum Mode {
     Advisory,
     /// MySQL/MariaDB `GET_LOCK` (`?mode=get_lock`) on a dedicated connection per hold.
     GetLock,
+    /// `SELECT … FOR UPDATE` on a row of `locksmith_rows` (`?mode=row_lock`, PostgreSQL and
+    /// MySQL/MariaDB), held in an open transaction on a dedicated connection per hold.
+    RowLock,
+}
+
+impl Mode {
+    /// The URL spelling: `lease`, `advisory`, `get_lock`, `row_lock`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Lease => "lease",
+            Mode::Advisory => "advisory",
+            Mode::GetLock => "get_lock",
+            Mode::RowLock => "row_lock",
+        }
+    }
 }
 
 /// Parsed connection options of one of the three databases.
@@ -57,6 +72,9 @@ pub(crate) enum Options {
 pub(crate) struct Config {
     pub(crate) options: Options,
     pub(crate) mode: Mode,
+    /// `?schema=external`: the tables are managed elsewhere (`locksmith sql init`, a migration
+    /// tool); the driver never runs DDL and reports missing tables.
+    pub(crate) schema_external: bool,
     /// The URL without credentials.
     pub(crate) describe: String,
 }
@@ -72,6 +90,7 @@ impl Config {
         // Our own options are taken out of the query; the rest goes to the driver.
         let mut driver_query = Vec::new();
         let mut mode = Mode::Lease;
+        let mut schema_external = false;
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
@@ -80,12 +99,28 @@ impl Config {
                         ("lease", _) => Mode::Lease,
                         ("advisory", "postgres" | "postgresql") => Mode::Advisory,
                         ("get_lock", "mysql") => Mode::GetLock,
+                        ("row_lock", "postgres" | "postgresql" | "mysql") => Mode::RowLock,
+                        ("row_lock", "sqlite") => {
+                            // A valid URL asking for something this database cannot do.
+                            return Err(Error::InvalidArgument(
+                                "sqlite: mode row_lock needs row locks (SELECT … FOR UPDATE), which SQLite does \
+                                 not have (it locks the whole file): use the default lease mode"
+                                    .into(),
+                            ));
+                        }
                         _ => {
                             return Err(bad(format!(
                                 "unknown mode {v:?} for {scheme}://: lease (default) on every database, \
-                                 advisory on postgres, get_lock on mysql"
+                                 advisory on postgres, get_lock on mysql, row_lock on postgres and mysql"
                             )))
                         }
+                    }
+                }
+                "schema" => {
+                    schema_external = match v {
+                        "auto" => false,
+                        "external" => true,
+                        _ => return Err(bad(format!("unknown schema {v:?}: auto (default) or external"))),
                     }
                 }
                 _ => driver_query.push(pair),
@@ -97,8 +132,7 @@ impl Config {
         };
         let describe = match mode {
             Mode::Lease => redact(&format!("{scheme}://{base}")),
-            Mode::Advisory => redact(&format!("{scheme}://{base}?mode=advisory")),
-            Mode::GetLock => redact(&format!("{scheme}://{base}?mode=get_lock")),
+            other => redact(&format!("{scheme}://{base}?mode={}", other.as_str())),
         };
         let options = match scheme {
             "postgres" | "postgresql" => Options::Postgres(
@@ -123,7 +157,7 @@ impl Config {
             }
             other => return Err(bad(format!("not a SQL scheme: {other:?}"))),
         };
-        Ok(Self { options, mode, describe })
+        Ok(Self { options, mode, schema_external, describe })
     }
 
     pub(crate) fn dialect(&self) -> Dialect {
@@ -170,6 +204,19 @@ mod tests {
         assert_eq!((c.mode, c.describe.as_str()), (Mode::Advisory, "postgres://me@h/db?mode=advisory"));
         let c = Config::parse("mysql://h/db?mode=get_lock").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.mode, Mode::GetLock);
+        let c = Config::parse("mysql://h/db?mode=row_lock&schema=external").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (c.mode, c.schema_external, c.describe.as_str()),
+            (Mode::RowLock, true, "mysql://h/db?mode=row_lock")
+        );
+        let c = Config::parse("postgres://h/db?mode=row_lock").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((c.mode, c.schema_external), (Mode::RowLock, false));
+    }
+
+    #[test]
+    fn sqlite_row_lock_is_refused_naming_the_reason() {
+        let err = Config::parse("sqlite:///tmp/x.db?mode=row_lock").map(|_| ());
+        assert!(matches!(&err, Err(Error::InvalidArgument(m)) if m.contains("SQLite does not have")), "{err:?}");
     }
 
     #[test]
@@ -178,6 +225,7 @@ mod tests {
             "postgres://h/db?mode=get_lock",
             "mysql://h/db?mode=advisory",
             "sqlite://x?mode=advisory",
+            "postgres://h/db?schema=maybe",
             "sqlite://",
             "sqlite://:memory:",
             "nothing",

@@ -23,8 +23,8 @@
 //! | `redlock://h1:p1,h2:p2,…[?options]` | Redlock over N independent Redis masters (no fencing tokens) | `redlock` |
 //! | `etcd://host:port[,host:port…]` | etcd v3, Go `concurrency.Mutex` layout (`etcdctl lock`) | `etcd` |
 //! | `zk://host:port[,host:port…][/path]` | ZooKeeper, Curator `InterProcessMutex` layout | `zk` |
-//! | `postgres://…`, `postgresql://…` | PostgreSQL lease table (`locksmith_locks`) with a fencing counter; `?mode=advisory`: advisory locks | `sql` |
-//! | `mysql://user[:pass]@host:port/db` | MySQL/MariaDB lease table with a fencing counter; `?mode=get_lock`: `GET_LOCK` | `sql` |
+//! | `postgres://…`, `postgresql://…` | PostgreSQL lease table (`locksmith_locks`) with a fencing counter; `?mode=advisory`: advisory locks; `?mode=row_lock`: `SELECT … FOR UPDATE` | `sql` |
+//! | `mysql://user[:pass]@host:port/db` | MySQL/MariaDB lease table with a fencing counter; `?mode=get_lock`: `GET_LOCK`; `?mode=row_lock`: `SELECT … FOR UPDATE` | `sql` |
 //! | `sqlite://path` | SQLite file (created if missing) lease table with a fencing counter | `sql` |
 //!
 //! The contract every backend keeps (mutual exclusion within its fault model, no deadlock,

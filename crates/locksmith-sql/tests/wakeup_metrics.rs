@@ -1,0 +1,90 @@
+//! Waiters count their wake-ups (`locksmith_waiter_wakeups_total{backend=…}`): one per re-check
+//! of a busy lock, none for a first attempt (a `try_lock` on a held lock counts nothing).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use locksmith_testkit::PostgresServer;
+use metrics::{Counter, CounterFn, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+
+/// Wake-ups counted so far, by `backend` label.
+type Counts = Arc<Mutex<HashMap<String, u64>>>;
+
+struct Wakeups(Counts, String);
+
+impl CounterFn for Wakeups {
+    fn increment(&self, value: u64) {
+        *self.0.lock().unwrap().entry(self.1.clone()).or_default() += value;
+    }
+    fn absolute(&self, value: u64) {
+        self.0.lock().unwrap().insert(self.1.clone(), value);
+    }
+}
+
+/// Records only the wake-up counter.
+struct Rec(Counts);
+
+impl Recorder for Rec {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        if key.name() != locksmith_core::metrics::WAKEUPS {
+            return Counter::noop();
+        }
+        let backend = key.labels().find(|l| l.key() == "backend").map(|l| l.value().to_string()).unwrap_or_default();
+        Counter::from_arc(Arc::new(Wakeups(self.0.clone(), backend)))
+    }
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
+    }
+}
+
+fn wakeups(backend: &str) -> u64 {
+    static COUNTS: OnceLock<Counts> = OnceLock::new();
+    let counts = COUNTS.get_or_init(|| {
+        let c = Counts::default();
+        metrics::set_global_recorder(Rec(c.clone())).unwrap();
+        c
+    });
+    counts.lock().unwrap().get(backend).copied().unwrap_or(0)
+}
+
+/// A holder keeps `name` for 400 ms while a try_lock fails (no wake-up) and a waiter waits
+/// (wake-ups counted under `backend`).
+async fn waiter_counts_its_rechecks(url: &str, backend: &str) {
+    let before = wakeups(backend);
+    let holder = locksmith::connect(url).await.unwrap();
+    let other = locksmith::connect(url).await.unwrap();
+    let g = holder.lock("woken").await.unwrap();
+    assert!(other.try_lock("woken").await.unwrap().is_none());
+    assert_eq!(wakeups(backend), before, "a first attempt counted as a wake-up");
+    let waiter = tokio::spawn(async move {
+        let g = other.lock("woken").await.unwrap();
+        assert!(g.unlock().await.unwrap());
+        other.close().await;
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(g.unlock().await.unwrap());
+    waiter.await.unwrap();
+    let woken = wakeups(backend) - before;
+    // Polling with a 5 ms..200 ms backoff over 400 ms: a handful, not hundreds.
+    assert!((1..=40).contains(&woken), "{backend}: {woken} wake-ups");
+    holder.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_lease_waiter_counts_wakeups() {
+    let dir = tempfile::tempdir().unwrap();
+    waiter_counts_its_rechecks(&format!("sqlite://{}", dir.path().join("l.db").display()), "sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_advisory_waiter_counts_wakeups() {
+    let server = PostgresServer::start();
+    waiter_counts_its_rechecks(&format!("{}?mode=advisory", server.url()), "postgres").await;
+}

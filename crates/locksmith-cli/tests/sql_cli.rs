@@ -2,47 +2,19 @@
 //! and see strictly increasing tokens, and the process properties of the contract (kill -9,
 //! SIGSTOP past the TTL, Ctrl-C while waiting, exit codes) on `sqlite://`.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
-use locksmith_core::conformance::{Caps, Target};
+use locksmith_core::conformance::UrlTarget;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-struct Lite {
-    _dir: tempfile::TempDir,
-    url: String,
+fn sqlite() -> UrlTarget {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    UrlTarget::new(url, locksmith::backend).fifo(false).reports_waiters(false).cli(BIN).keeping(dir)
 }
 
-impl Lite {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("locks.db").display());
-        Self { _dir: dir, url }
-    }
-}
-
-#[async_trait::async_trait]
-impl Target for Lite {
-    fn url(&self) -> String {
-        self.url.clone()
-    }
-    async fn client(&self, ttl: Duration) -> locksmith::Result<locksmith::Client> {
-        locksmith::connect_with_ttl(&self.url, ttl).await
-    }
-    fn caps(&self) -> Caps {
-        let mut c = Caps::default();
-        c.fifo = false;
-        c.reports_waiters = false;
-        c
-    }
-    fn cli(&self) -> Option<PathBuf> {
-        Some(BIN.into())
-    }
-}
-
-locksmith_core::process_conformance_suite!(Lite::start());
+locksmith_core::process_conformance_suite!(sqlite());
 
 /// Eight `locksmith run` processes on one SQLite file, started together: the critical sections
 /// strictly alternate (enter, exit, enter, exit…) and the tokens strictly increase.

@@ -5,11 +5,9 @@
 //! connection is ended by the database's idle timeout (the TTL) — its TCP connection alone would
 //! keep the lock for as long as it is paused.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
-use std::time::Duration;
 
-use locksmith_core::conformance::{Caps, Target};
+use locksmith_core::conformance::UrlTarget;
 use locksmith_testkit::{MySqlServer, PostgresServer};
 
 static PG: OnceLock<PostgresServer> = OnceLock::new();
@@ -17,35 +15,18 @@ static MY: OnceLock<MySqlServer> = OnceLock::new();
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-struct Mode {
-    url: String,
+fn target(url: String) -> UrlTarget {
+    UrlTarget::new(url, locksmith::backend).fifo(false).reports_waiters(false).cli(BIN)
 }
+
+struct Mode;
 
 impl Mode {
-    fn postgres(mode: &str) -> Self {
-        Self { url: format!("{}?mode={mode}", PG.get_or_init(PostgresServer::start).url()) }
+    fn postgres(mode: &str) -> UrlTarget {
+        target(format!("{}?mode={mode}", PG.get_or_init(PostgresServer::start).url()))
     }
-    fn mariadb(mode: &str) -> Self {
-        Self { url: format!("{}?mode={mode}", MY.get_or_init(MySqlServer::start).url()) }
-    }
-}
-
-#[async_trait::async_trait]
-impl Target for Mode {
-    fn url(&self) -> String {
-        self.url.clone()
-    }
-    async fn client(&self, ttl: Duration) -> locksmith::Result<locksmith::Client> {
-        locksmith::connect_with_ttl(&self.url, ttl).await
-    }
-    fn caps(&self) -> Caps {
-        let mut c = Caps::default();
-        c.fifo = false;
-        c.reports_waiters = false;
-        c
-    }
-    fn cli(&self) -> Option<PathBuf> {
-        Some(BIN.into())
+    fn mariadb(mode: &str) -> UrlTarget {
+        target(format!("{}?mode={mode}", MY.get_or_init(MySqlServer::start).url()))
     }
 }
 

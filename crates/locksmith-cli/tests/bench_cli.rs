@@ -47,7 +47,8 @@ fn bench_prints_one_table_for_every_backend_with_raw_recipe_baselines() {
         (&backends[5], "pg_try_advisory_lock"),
         (&backends[6], "GET_LOCK"),
     ] {
-        let row = baselines.lines().find(|l| l.starts_with(b.as_str())).unwrap_or_else(|| panic!("no baseline for {b}"));
+        let row =
+            baselines.lines().find(|l| l.starts_with(b.as_str())).unwrap_or_else(|| panic!("no baseline for {b}"));
         assert!(row.contains(recipe) && row.contains('×') && !row.contains("failed"), "{row}");
     }
     let native = baselines.lines().find(|l| l.starts_with(backends[0].as_str())).unwrap();

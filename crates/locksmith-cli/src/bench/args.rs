@@ -17,12 +17,7 @@ pub struct BenchArgs {
     )]
     pub backends: Vec<String>,
     /// Which workloads to run (comma-separated); all by default.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "uncontended,contended,many,herd,baseline"
-    )]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "uncontended,contended,many,herd,baseline")]
     pub workloads: Vec<Workload>,
     /// How long each workload runs, per backend and round.
     #[arg(long, default_value = "3s", value_parser = positive_duration)]

@@ -87,7 +87,7 @@ async fn open_sessions(
                 failure.get_or_insert_with(|| format!("a task opening a session failed: {e}"));
             }
         }
-        if clients.len() % OPENING_AT_ONCE == 0 {
+        if clients.len().is_multiple_of(OPENING_AT_ONCE) {
             progress.say(format!("herd on {url}: {}/{n} sessions open", clients.len()));
         }
     }
@@ -108,8 +108,9 @@ async fn run(clients: &[Client], name: &str, releases: u32, progress: &Progress)
     let (tx, mut rx) = mpsc::unbounded_channel();
     let started = Arc::new(AtomicU32::new(0));
     let mut tasks = JoinSet::new();
-    for client in waiters.iter().cloned() {
-        let (tx, started, name, opts) = (tx.clone(), started.clone(), name.to_string(), opts.clone());
+    for client in waiters {
+        let (client, tx, started) = (client.clone(), tx.clone(), started.clone());
+        let (name, opts) = (name.to_string(), opts.clone());
         tasks.spawn(async move {
             started.fetch_add(1, Ordering::Relaxed);
             let granted = client.lock_with(&name, opts).await.map(|g| (g, Instant::now()));
@@ -152,7 +153,9 @@ async fn handoffs(
         let (guard, granted_at) = match tokio::time::timeout(HANDOFF_LIMIT, rx.recv()).await {
             Err(_) => {
                 let done = i - 1;
-                return Err(Failure::Internal(format!("no hand-off within {HANDOFF_LIMIT:?} after {done} of {releases}")));
+                return Err(Failure::Internal(format!(
+                    "no hand-off within {HANDOFF_LIMIT:?} after {done} of {releases}"
+                )));
             }
             Ok(None) => return Err(Failure::Internal("every waiter stopped".into())),
             Ok(Some(Err(e))) => return Err(e.into()),
@@ -161,8 +164,7 @@ async fn handoffs(
         record(&mut handoff, granted_at.saturating_duration_since(released_at));
         if i == releases {
             let after = counters::read(locksmith::metrics::WAKEUPS);
-            let wakeups_per_release =
-                before.zip(after).map(|(b, a)| a.saturating_sub(b) as f64 / f64::from(releases));
+            let wakeups_per_release = before.zip(after).map(|(b, a)| a.saturating_sub(b) as f64 / f64::from(releases));
             return Ok((Herd { wakeups_per_release, handoff }, guard));
         }
         if i % 10 == 0 {

@@ -50,8 +50,13 @@ fn short(i: usize, url: &str) -> String {
     format!("{}: {}", i + 1, url.split_once("://").map_or(url, |(s, _)| s))
 }
 
-fn latency_cdf<DB: DrawingBackend>(area: &DrawingArea<DB, plotters::coord::Shift>, reports: &[BackendReport]) -> Result<(), String> {
-    let series: Vec<(usize, String, Vec<(f64, f64)>)> = reports
+fn latency_cdf<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    reports: &[BackendReport],
+) -> Result<(), String> {
+    // (backend index, legend, CDF points) of every backend that ran the uncontended workload.
+    type Curve = (usize, String, Vec<(f64, f64)>);
+    let series: Vec<Curve> = reports
         .iter()
         .enumerate()
         .filter_map(|(i, r)| r.cycles().map(|h| (i, format!("{}: {}", i + 1, r.backend), cdf(&h))))
@@ -128,10 +133,7 @@ fn throughput<DB: DrawingBackend>(
         .draw()
         .map_err(err)?;
     // Two bars per backend: contended in the left half of its segment, many locks in the right.
-    let bars = [
-        (format!("{clients}×1 contended"), BLUE, 0usize),
-        (format!("{locks}×{locks} many locks"), RED, 1usize),
-    ];
+    let bars = [(format!("{clients}×1 contended"), BLUE, 0usize), (format!("{locks}×{locks} many locks"), RED, 1usize)];
     for (label, c, half) in bars {
         let rects = reports.iter().enumerate().map(move |(i, r)| {
             let v = value(if half == 0 { r.median.contended_acq_per_sec } else { r.median.many_acq_per_sec });

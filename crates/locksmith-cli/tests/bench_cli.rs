@@ -119,3 +119,25 @@ fn plot_to_png_is_refused_before_running() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("use FILE.svg"));
     assert!(out.stdout.is_empty());
 }
+
+/// A backend that cannot hold `--waiters` sessions (ZooKeeper takes 60 connections from one
+/// address by default) gets a failed herd row naming the reason; the other workloads still run
+/// and the bench exits 0.
+#[test]
+fn herd_beyond_a_backends_session_limit_fails_only_its_row() {
+    let zk = ZkServer::start();
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", &zk.url(), "--duration", "100ms"])
+        .args(["--workloads", "herd,uncontended", "--waiters", "100", "--releases", "5"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let (main, herd) = stdout.split_once("herd:").unwrap_or_else(|| panic!("no herd table:\n{stdout}"));
+    let row = herd.lines().find(|l| l.starts_with(zk.url().as_str())).unwrap();
+    assert!(row.contains("failed: could not open 101 sessions"), "{row}");
+    let cycle = main.lines().find(|l| l.starts_with(zk.url().as_str())).unwrap();
+    let p50: f64 = cycle.split('|').nth(1).unwrap().trim().parse().unwrap();
+    assert!(p50 > 0.0, "{cycle}");
+}

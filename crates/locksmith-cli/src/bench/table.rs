@@ -87,10 +87,15 @@ fn print_herd(reports: &[BackendReport]) {
         "hand-off p50 µs".into(),
         "hand-off p99 µs".into(),
     ]];
+    let mut failures = Vec::new();
     for r in reports {
         let f = &r.median;
         match r.herd_error() {
-            Some(e) => rows.push(vec![r.backend.clone(), format!("failed: {e}"), String::new(), String::new()]),
+            Some(e) => {
+                // The reason goes under the table: it is longer than any figure.
+                rows.push(vec![r.backend.clone(), "failed".into(), "-".into(), "-".into()]);
+                failures.push(format!("{}: failed: {e}", r.backend));
+            }
             None => rows.push(vec![
                 r.backend.clone(),
                 cell(f.herd_wakeups_per_release, 2),
@@ -100,6 +105,9 @@ fn print_herd(reports: &[BackendReport]) {
         }
     }
     print_rows(&rows);
+    for f in failures {
+        println!("{f}");
+    }
 }
 
 fn print_baseline(reports: &[BackendReport]) {

@@ -143,3 +143,26 @@ fn herd_beyond_a_backends_session_limit_fails_only_its_row() {
     let p50: f64 = cycle.split('|').nth(1).unwrap().trim().parse().unwrap();
     assert!(p50 > 0.0, "{cycle}");
 }
+
+/// The raw `SET NX PX` + Lua delete recipe runs on the same Redis as the driver, and `--json`
+/// names the recipe and gives its cycle and the driver's overhead over it.
+#[test]
+fn redis_baseline_measures_the_raw_recipe_on_the_same_server() {
+    let redis = RedisServer::start();
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", &redis.url(), "--duration", "100ms", "--json"])
+        .args(["--workloads", "uncontended,baseline"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let backend = &doc["backends"][0];
+    assert!(backend["baseline_recipe"].as_str().is_some_and(|r| r.contains("SET NX PX")), "{backend}");
+    let median = &backend["median"];
+    for field in ["baseline_cycle_p50_us", "baseline_cycle_p99_us", "baseline_cycles_per_sec", "baseline_overhead"] {
+        assert!(median[field].as_f64().is_some_and(|v| v > 0.0), "{field}: {median}");
+    }
+    assert!(backend["rounds"][0].get("baseline_error").is_none(), "{backend}");
+}

@@ -68,6 +68,9 @@ pub async fn bench(args: BenchArgs) -> ExitCode {
         eprintln!("locksmith bench: --releases must be fewer than --waiters");
         return ExitCode::from(exit::USAGE);
     }
+    // The recorder costs every grant and release a little: install it before anything is
+    // measured, so that no backend or round runs without it while others run with it.
+    let _ = counters::read(locksmith::metrics::WAKEUPS);
     let run_id = RandomState::new().hash_one(std::process::id());
     let steps = u64::from(args.rounds) * args.backends.len() as u64 * args.workloads.len() as u64;
     let progress = Progress::new(steps);

@@ -1,9 +1,12 @@
 //! Starts every backend the test suite can start (loopback, temp dirs, free ports) and runs
-//! `locksmith bench` over all of them in one run, for `docs/benchmarks.md`:
+//! `locksmith bench` over all of them in one run, for `docs/benchmarks.md`. Every workload runs
+//! by default: the timed ones, the herd (1,000 waiters, 50 hand-offs) and the raw-recipe
+//! baselines; options after the binary's path go to `locksmith bench` as they are:
 //!
 //! ```text
 //! cargo build --release -p locksmith-cli
-//! cargo run --release -p locksmith-cli --example bench_all -- target/release/locksmith --duration 2s --rounds 2
+//! cargo run --release -p locksmith-cli --example bench_all -- target/release/locksmith \
+//!     --duration 2s --rounds 2 --plot docs/bench.svg
 //! ```
 //!
 //! Servers as the test helpers start them: Redis without persistence (plus one with

@@ -7,9 +7,10 @@ use locksmith_testkit::{EtcdServer, MySqlServer, NativeServer, PostgresServer, R
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
 /// One run over the native server, Redis, Redlock, etcd, ZooKeeper, PostgreSQL, MariaDB and
-/// SQLite prints one table row per backend and one ratio line per backend after the first.
+/// SQLite prints one table row per backend and one ratio line per backend after the first, and
+/// a raw-recipe baseline row, with the driver's overhead, for every backend that has a recipe.
 #[test]
-fn bench_prints_one_table_for_every_backend() {
+fn bench_prints_one_table_for_every_backend_with_raw_recipe_baselines() {
     let native = NativeServer::start(BIN.as_ref());
     let redis = RedisServer::start();
     let instances: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
@@ -22,7 +23,9 @@ fn bench_prints_one_table_for_every_backend() {
     let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
     let backends = [native.url(), redis.url(), redlock, etcd.url(), zk.url(), pg.url(), my.url(), sqlite];
     let mut cmd = Command::new(BIN);
-    cmd.args(["bench", "--duration", "200ms", "--clients", "3", "--locks", "4"]).stdin(Stdio::null());
+    cmd.args(["bench", "--duration", "200ms", "--clients", "3", "--locks", "4"])
+        .args(["--workloads", "uncontended,contended,many,baseline"])
+        .stdin(Stdio::null());
     for b in &backends {
         cmd.args(["--backend", b]);
     }
@@ -36,4 +39,130 @@ fn bench_prints_one_table_for_every_backend() {
         assert!(row.split('|').count() >= 8, "{row}");
     }
     assert_eq!(stdout.matches('÷').count(), backends.len() - 1, "one ratio line per extra backend:\n{stdout}");
+    let (_, baselines) = stdout.split_once("raw recipes").unwrap_or_else(|| panic!("no baseline table:\n{stdout}"));
+    for (b, recipe) in [
+        (&backends[1], "SET NX PX"),
+        (&backends[3], "txn create_revision"),
+        (&backends[4], "ephemeral"),
+        (&backends[5], "pg_try_advisory_lock"),
+        (&backends[6], "GET_LOCK"),
+    ] {
+        let row =
+            baselines.lines().find(|l| l.starts_with(b.as_str())).unwrap_or_else(|| panic!("no baseline for {b}"));
+        assert!(row.contains(recipe) && row.contains('×') && !row.contains("failed"), "{row}");
+    }
+    let native = baselines.lines().find(|l| l.starts_with(backends[0].as_str())).unwrap();
+    assert!(native.contains("(none)"), "the native server has no raw recipe: {native}");
+}
+
+/// The native server hands a lock to the next of 50 waiters with one pushed message: wake-ups
+/// per release stay at one (a polling or broadcasting herd would show up to 50), and `--json`
+/// carries the herd's and every other workload's figures.
+#[test]
+fn native_herd_wakes_one_waiter_per_release() {
+    let native = NativeServer::start(BIN.as_ref());
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", &native.url(), "--duration", "100ms", "--json"])
+        .args(["--workloads", "uncontended,herd", "--waiters", "50", "--releases", "10"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!((doc["waiters"].as_u64(), doc["releases"].as_u64()), (Some(50), Some(10)), "{doc}");
+    let median = &doc["backends"][0]["median"];
+    let wakeups = median["herd_wakeups_per_release"].as_f64().unwrap_or_else(|| panic!("no wake-ups: {median}"));
+    assert!((0.9..=1.5).contains(&wakeups), "wake-ups per release {wakeups}: {median}");
+    assert!(median["herd_handoff_p50_us"].as_f64().is_some_and(|v| v > 0.0), "{median}");
+    assert!(median["herd_handoff_p99_us"].as_f64().is_some_and(|v| v > 0.0), "{median}");
+    assert!(median["cycle_p50_us"].as_f64().is_some_and(|v| v > 0.0), "{median}");
+    for field in ["many_acq_per_sec", "baseline_cycle_p50_us", "baseline_overhead"] {
+        assert!(median.get(field).is_some_and(serde_json::Value::is_null), "{field} not run: {median}");
+    }
+}
+
+/// `--plot out.svg` writes one SVG with a curve and bars for every backend, named in it.
+#[test]
+fn plot_writes_an_svg_naming_every_backend() {
+    let native = NativeServer::start(BIN.as_ref());
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("out.svg");
+    let backends = [native.url(), "memory://plot".to_string()];
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", &backends[0], "--backend", &backends[1], "--duration", "100ms"])
+        .args(["--workloads", "uncontended,contended,many", "--clients", "2", "--locks", "2"])
+        .arg("--plot")
+        .arg(&svg)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(text.starts_with("<svg") && text.trim_end().ends_with("</svg>"), "not an SVG document");
+    assert!(text.contains("latency CDF") && text.contains("acquisitions/s"), "both charts are drawn");
+    for b in &backends {
+        assert!(text.contains(b.as_str()), "{b} is not named in the plot");
+    }
+    assert!(text.matches("<polyline").count() >= backends.len(), "one CDF curve per backend");
+}
+
+/// A PNG plot is refused up front, before any workload runs, with a usage error.
+#[test]
+fn plot_to_png_is_refused_before_running() {
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", "memory://png", "--plot", "out.png"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("use FILE.svg"));
+    assert!(out.stdout.is_empty());
+}
+
+/// A backend that cannot hold `--waiters` sessions (ZooKeeper takes 60 connections from one
+/// address by default) gets a failed herd row naming the reason; the other workloads still run
+/// and the bench exits 0.
+#[test]
+fn herd_beyond_a_backends_session_limit_fails_only_its_row() {
+    let zk = ZkServer::start();
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", &zk.url(), "--duration", "100ms"])
+        .args(["--workloads", "herd,uncontended", "--waiters", "100", "--releases", "5"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let (main, herd) = stdout.split_once("herd:").unwrap_or_else(|| panic!("no herd table:\n{stdout}"));
+    let row = herd.lines().find(|l| l.starts_with(zk.url().as_str())).unwrap();
+    assert!(row.contains("failed"), "{row}");
+    let reason = format!("{}: failed: could not open 101 sessions", zk.url());
+    assert!(herd.lines().any(|l| l.starts_with(&reason)), "the reason follows the table:\n{herd}");
+    let cycle = main.lines().find(|l| l.starts_with(zk.url().as_str())).unwrap();
+    let p50: f64 = cycle.split('|').nth(1).unwrap().trim().parse().unwrap();
+    assert!(p50 > 0.0, "{cycle}");
+}
+
+/// The raw `SET NX PX` + Lua delete recipe runs on the same Redis as the driver, and `--json`
+/// names the recipe and gives its cycle and the driver's overhead over it.
+#[test]
+fn redis_baseline_measures_the_raw_recipe_on_the_same_server() {
+    let redis = RedisServer::start();
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", &redis.url(), "--duration", "100ms", "--json"])
+        .args(["--workloads", "uncontended,baseline"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let backend = &doc["backends"][0];
+    assert!(backend["baseline_recipe"].as_str().is_some_and(|r| r.contains("SET NX PX")), "{backend}");
+    let median = &backend["median"];
+    for field in ["baseline_cycle_p50_us", "baseline_cycle_p99_us", "baseline_cycles_per_sec", "baseline_overhead"] {
+        assert!(median[field].as_f64().is_some_and(|v| v > 0.0), "{field}: {median}");
+    }
+    assert!(backend["rounds"][0].get("baseline_error").is_none(), "{backend}");
 }

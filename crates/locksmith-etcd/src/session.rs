@@ -210,6 +210,8 @@ impl EtcdSession {
                     break;
                 }
             }
+            // The predecessor's watch fired: looking again is one wake-up.
+            locksmith_core::metrics::wakeup("etcd");
         }
     }
 

@@ -68,6 +68,10 @@ impl Connector for GrpcConnector {
         self.url.clone()
     }
 
+    fn scheme(&self) -> &'static str {
+        "locksmith"
+    }
+
     async fn connect(&self) -> Result<Transport> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut client = LocksmithClient::new(self.channel());

@@ -76,6 +76,10 @@ impl Connector for MemoryConnector {
         format!("memory://{}", self.name.as_deref().unwrap_or("(isolated)"))
     }
 
+    fn scheme(&self) -> &'static str {
+        "memory"
+    }
+
     async fn connect(&self) -> Result<Transport> {
         let (to_server, from_client) = tokio::sync::mpsc::unbounded_channel();
         let (to_client, from_server) = tokio::sync::mpsc::unbounded_channel();

@@ -29,6 +29,8 @@ pub(crate) struct Transport {
 #[async_trait]
 pub(crate) trait Connector: Send + Sync + 'static {
     fn describe(&self) -> String;
+    /// URL scheme, the `backend` label of the waiter wake-up counter.
+    fn scheme(&self) -> &'static str;
     async fn connect(&self) -> Result<Transport>;
 }
 
@@ -261,6 +263,10 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
                 let mut st = shared.state();
                 for p in st.pending.values() {
                     if let Some(m) = &p.resend {
+                        // A waiting acquisition asks the server again: one wake-up.
+                        if matches!(&m.body, Some(In::Acquire(a)) if a.wait) {
+                            locksmith_core::metrics::wakeup(shared.connector.scheme());
+                        }
                         let _ = t.tx.send(m.clone());
                     }
                 }
@@ -355,7 +361,13 @@ impl Session for StreamSession {
             lock_delay_ms,
         });
         match self.call(body, true, Some(key)).await? {
-            Out::Granted(g) => Ok(Acquired::Granted { token: g.token }),
+            Out::Granted(g) => {
+                // One pushed message wakes exactly this waiter: the herd-freedom the bench checks.
+                if g.queued {
+                    locksmith_core::metrics::wakeup(self.shared.connector.scheme());
+                }
+                Ok(Acquired::Granted { token: g.token })
+            }
             Out::Busy(_) => Ok(Acquired::Busy),
             other => Err(Error::Protocol(format!("unexpected answer to acquire: {other:?}"))),
         }

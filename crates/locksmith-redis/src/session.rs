@@ -162,6 +162,8 @@ impl Session for RedisSession {
                 _ = reg.notified() => backoff.reset(),
                 _ = tokio::time::sleep(backoff.delay(pttl)) => {}
             }
+            // Woken (by a release message or the fallback timer): the next try is a wake-up.
+            locksmith_core::metrics::wakeup("redis");
             reg.refresh().await;
         }
     }

@@ -162,6 +162,8 @@ impl Session for RedlockSession {
                 }
             }
             tokio::time::sleep(backoff.next_delay()).await;
+            // Redlock has no notification: every retry round after a sleep is a wake-up.
+            locksmith_core::metrics::wakeup("redlock");
         }
     }
 

@@ -221,7 +221,7 @@ impl Actor {
         for e in self.machine.take_effects() {
             match e {
                 Effect::Granted { session, request, token } => {
-                    self.send(session, msg(request, Out::Granted(locksmith_proto::Granted { token })));
+                    self.send(session, msg(request, Out::Granted(locksmith_proto::Granted { token, queued: true })));
                 }
                 Effect::Expired { session } => {
                     self.send(session, error_msg(0, Code::SessionExpired, "session expired"));
@@ -286,7 +286,7 @@ impl Actor {
                     }
                     Ok(_) => match self.machine.acquire(t, session, id, &a.name, &a.owner, a.wait, delay) {
                         Ok(AcquireOutcome::Granted(token)) => {
-                            Some(msg(id, Out::Granted(locksmith_proto::Granted { token })))
+                            Some(msg(id, Out::Granted(locksmith_proto::Granted { token, queued: false })))
                         }
                         Ok(AcquireOutcome::Busy) => Some(msg(id, Out::Busy(locksmith_proto::Busy {}))),
                         Ok(AcquireOutcome::Queued) => None,

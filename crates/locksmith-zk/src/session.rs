@@ -210,6 +210,8 @@ impl locksmith_core::Session for ZkSession {
                 (None, _) => continue,
                 (Some(_), watcher) => {
                     watcher.changed().await;
+                    // The predecessor's watch fired: listing the children again is a wake-up.
+                    locksmith_core::metrics::wakeup("zk");
                 }
             }
         }

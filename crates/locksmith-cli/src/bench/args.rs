@@ -1,0 +1,79 @@
+//! The command line of `locksmith bench`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+/// Arguments of `locksmith bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Backend URL; repeat to compare backends (ratios are given to the first).
+    #[arg(
+        long = "backend",
+        value_name = "URL",
+        env = "LOCKSMITH_BACKEND",
+        default_value = crate::DEFAULT_BACKEND
+    )]
+    pub backends: Vec<String>,
+    /// Which workloads to run (comma-separated); all by default.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "uncontended,contended,many,herd,baseline")]
+    pub workloads: Vec<Workload>,
+    /// How long each workload runs, per backend and round.
+    #[arg(long, default_value = "3s", value_parser = positive_duration)]
+    pub duration: Duration,
+    /// Clients contending for one lock in the contended workload (at most 10000).
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub clients: u32,
+    /// Clients, each with a lock of its own, in the many-locks workload (at most 10000).
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub locks: u32,
+    /// Herd workload: waiters, each with its own session, blocked on one lock (at most 100000).
+    #[arg(long, default_value_t = 1000, value_parser = clap::value_parser!(u32).range(2..=100_000))]
+    pub waiters: u32,
+    /// Herd workload: hand-offs measured (fewer than `--waiters`).
+    #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub releases: u32,
+    /// Session lease of every client.
+    #[arg(long, default_value = "10s", value_parser = crate::duration_arg)]
+    pub ttl: Duration,
+    /// Print one JSON document instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also draw the results: a latency CDF and a throughput chart, as SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// How many times to run every workload on every backend; figures are medians over rounds.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
+    pub rounds: u32,
+}
+
+impl BenchArgs {
+    /// Whether `w` was selected.
+    pub(crate) fn runs(&self, w: Workload) -> bool {
+        self.workloads.contains(&w)
+    }
+}
+
+/// One workload of `locksmith bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// One client takes and releases one lock in a loop.
+    Uncontended,
+    /// `--clients` clients hand one lock around.
+    Contended,
+    /// `--locks` clients, each on a lock of its own.
+    Many,
+    /// `--waiters` waiters on one lock, `--releases` hand-offs: wake-ups per release.
+    Herd,
+    /// The uncontended cycle of the plain recipe on the same server, without locksmith.
+    Baseline,
+}
+
+/// Parses a duration for clap and refuses zero.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match crate::duration_arg(s)? {
+        d if d.is_zero() => Err("must be longer than zero".into()),
+        d => Ok(d),
+    }
+}

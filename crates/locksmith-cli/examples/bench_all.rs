@@ -9,8 +9,10 @@
 //!     --duration 2s --rounds 2 --plot docs/bench.svg
 //! ```
 //!
-//! Servers as the test helpers start them: Redis without persistence (plus one with
-//! `appendfsync always`), PostgreSQL with `fsync=off`, MariaDB and etcd with their defaults.
+//! Servers as the test helpers start them: the native server in both durability modes
+//! (`grants`, the default, and `leases`), Redis without persistence (plus one with
+//! `appendfsync always`), PostgreSQL with `fsync=off`, MariaDB and etcd with their defaults; the
+//! SQL databases in every mode (lease table, advisory / `GET_LOCK`, row locks).
 use std::process::Command;
 
 use locksmith_testkit::{EtcdServer, MySqlServer, NativeServer, PostgresServer, RedisServer, ZkServer};
@@ -27,6 +29,7 @@ fn run() -> i32 {
         return 2;
     };
     let native = NativeServer::start(bin.as_ref());
+    let native_leases = NativeServer::start_with(bin.as_ref(), &["--durability", "leases"]);
     let redis = RedisServer::start();
     let redis_fsync = RedisServer::start_durable();
     let instances: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
@@ -39,8 +42,26 @@ fn run() -> i32 {
     let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
     let mut cmd = Command::new(&bin);
     cmd.arg("bench").args(args);
-    for url in [native.url(), redis.url(), redis_fsync.url(), redlock, etcd.url(), zk.url(), pg.url(), my.url(), sqlite]
-    {
+    let pg_advisory = format!("{}?mode=advisory", pg.url());
+    let pg_row_lock = format!("{}?mode=row_lock", pg.url());
+    let my_get_lock = format!("{}?mode=get_lock", my.url());
+    let my_row_lock = format!("{}?mode=row_lock", my.url());
+    for url in [
+        native.url(),
+        native_leases.url(),
+        redis.url(),
+        redis_fsync.url(),
+        redlock,
+        etcd.url(),
+        zk.url(),
+        pg.url(),
+        pg_advisory,
+        pg_row_lock,
+        my.url(),
+        my_get_lock,
+        my_row_lock,
+        sqlite,
+    ] {
         cmd.args(["--backend", &url]);
     }
     let status = cmd.status().expect("run locksmith bench");

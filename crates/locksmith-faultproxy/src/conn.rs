@@ -38,7 +38,13 @@ pub(crate) async fn serve(
         }
         done = run(&mut client, &mut up, upstream, &ctrl, &stats) => {
             if let Err(e) = done {
-                tracing::debug!(%upstream, error = %e, "fault proxy connection ended");
+                // A failure on one side (upstream killed, refused, reset) reaches the other as a
+                // reset, as it would without the proxy in between; clean EOFs were forwarded.
+                tracing::debug!(%upstream, error = %e, "fault proxy connection failed");
+                reset(&client);
+                if let Some(up) = &up {
+                    reset(up);
+                }
             }
         }
     }

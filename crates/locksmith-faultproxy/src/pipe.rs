@@ -38,21 +38,21 @@ async fn read_side<R: AsyncRead + Unpin>(
     tx: mpsc::Sender<(Instant, Vec<u8>)>,
     mut ctrl: watch::Receiver<Faults>,
 ) -> io::Result<()> {
+    let mut buf = vec![0; CHUNK];
     loop {
         // Not reading during a blackhole leaves the bytes in the sender's socket buffer, as a
         // lossy network would leave them to TCP retransmission.
         unblocked(&mut ctrl).await?;
-        let mut buf = vec![0; CHUNK];
         let n = from.read(&mut buf).await?;
         if n == 0 {
             // Dropping `tx` tells the writer to deliver what is queued, then half-close.
             return Ok(());
         }
-        buf.truncate(n);
         // The latency in force when the chunk arrives; FIFO delivery keeps order even if it
         // shrinks later.
         let release = Instant::now() + ctrl.borrow().latency;
-        if tx.send((release, buf)).await.is_err() {
+        // An exact-size copy, so small queued messages do not each pin a full CHUNK.
+        if tx.send((release, buf[..n].to_vec())).await.is_err() {
             // The writer failed; its error ends the connection.
             return Ok(());
         }

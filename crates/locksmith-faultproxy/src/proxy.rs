@@ -32,7 +32,9 @@ pub struct FaultProxy {
 impl FaultProxy {
     /// Listens on `127.0.0.1:0` (loopback only, a free port) and forwards every connection to
     /// `upstream`, with no fault. The upstream is connected once per client connection, when
-    /// it is accepted (after heal if a blackhole is in force), so it need not be up yet.
+    /// it is accepted (after heal if a blackhole is in force), so it need not be up yet; if it
+    /// refuses, the client connection is reset. A reset or error on either side resets the
+    /// other; a clean close (EOF) is forwarded as a half-close.
     ///
     /// Must be called inside a Tokio runtime: the proxy's tasks run on it.
     ///
@@ -90,7 +92,8 @@ impl FaultProxy {
     /// Delays every chunk by `delay` in each direction (so a round trip takes at least twice
     /// `delay`), keeping byte order; [`Duration::ZERO`] removes the delay. A chunk gets the
     /// delay in force when the proxy reads it. Latency combines with the partitions and
-    /// outlives [`heal`](Self::heal).
+    /// outlives [`heal`](Self::heal). Connection set-up is not delayed: the client's handshake
+    /// is with the proxy, and the upstream is connected at once; the first bytes pay the delay.
     pub fn set_latency(&self, delay: Duration) {
         tracing::debug!(addr = %self.addr, ?delay, "fault proxy: latency");
         self.ctrl.send_modify(|f| f.latency = delay);

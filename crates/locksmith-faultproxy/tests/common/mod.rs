@@ -23,7 +23,12 @@ pub struct Echo {
 
 impl Echo {
     pub async fn start() -> Echo {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Echo::start_on("127.0.0.1:0".parse().unwrap()).await
+    }
+
+    /// On a given address, e.g. to restart where a dropped one was.
+    pub async fn start_on(addr: SocketAddr) -> Echo {
+        let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();

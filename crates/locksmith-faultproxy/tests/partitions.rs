@@ -48,6 +48,8 @@ async fn blackhole_stalls_and_heal_delivers_held_bytes() {
     during.write_all(b"held-2").await.unwrap();
     assert!(stays_quiet(&mut open).await, "bytes moved (or the connection closed) during the blackhole");
     assert!(stays_quiet(&mut during).await, "a connection opened during the blackhole was not stalled");
+    assert_eq!(proxy.stats().bytes_to_upstream, 2, "bytes were delivered during the blackhole");
+    assert_eq!(echo.accepted(), 1, "the upstream saw a connection opened during the blackhole");
     open.write_all(b"+more").await.unwrap();
 
     proxy.heal();
@@ -57,6 +59,7 @@ async fn blackhole_stalls_and_heal_delivers_held_bytes() {
     let mut back = [0; 6];
     tokio::time::timeout(SOON, during.read_exact(&mut back)).await.unwrap().unwrap();
     assert_eq!(&back, b"held-2");
+    assert_eq!(echo.accepted(), 2);
     assert_eq!(proxy.stats().cut, 0);
 }
 

@@ -3,6 +3,8 @@
 #![allow(dead_code)] // each test file uses a different subset
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -18,6 +20,7 @@ pub const QUIET: Duration = Duration::from_millis(300);
 /// A TCP echo server on `127.0.0.1`, stopped (listener and connections) on drop.
 pub struct Echo {
     pub addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
     task: JoinHandle<()>,
 }
 
@@ -30,9 +33,12 @@ impl Echo {
     pub async fn start_on(addr: SocketAddr) -> Echo {
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let counter = accepted.clone();
         let task = tokio::spawn(async move {
             let mut conns = tokio::task::JoinSet::new();
             while let Ok((mut socket, _)) = listener.accept().await {
+                counter.fetch_add(1, Ordering::SeqCst);
                 conns.spawn(async move {
                     let (mut r, mut w) = socket.split();
                     // Echo until EOF, then half-close back so the client sees EOF too.
@@ -41,7 +47,12 @@ impl Echo {
                 });
             }
         });
-        Echo { addr, task }
+        Echo { addr, accepted, task }
+    }
+
+    /// Connections this server has accepted so far.
+    pub fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
     }
 }
 

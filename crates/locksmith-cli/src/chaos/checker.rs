@@ -458,6 +458,8 @@ mod tests {
         s.invoke(2, 1);
         s.acquired(1, 1, 5);
         s.acquired(2, 1, 4);
+        s.release(1, 1);
+        s.release(2, 1);
         let f = s.check(true);
         assert_eq!(f.token_regressions, 0, "{f:?}");
         assert_eq!(f.overlapping_holds, 1);

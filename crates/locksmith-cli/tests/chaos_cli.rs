@@ -1,0 +1,225 @@
+//! `locksmith chaos` end to end: short fault-injected rounds against every backend whose server
+//! the suite starts, asserting 0 stale writes accepted and 0 token regressions; an unfenced run
+//! under pauses that the checker must catch (proof that it can fail); and bad arguments.
+//!
+//! Every server is a testkit process killed by PID on drop; the harness ends its own workers,
+//! server and proxies by PID before it exits.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use locksmith_testkit::{free_port, EtcdServer, MySqlServer, PostgresServer, RedisServer, ZkServer};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
+
+/// The outcome of one `locksmith chaos` run.
+struct Run {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    report: Option<Value>,
+}
+
+impl Run {
+    fn report(&self) -> &Value {
+        self.report.as_ref().unwrap_or_else(|| panic!("no report; stdout: {} stderr: {}", self.stdout, self.stderr))
+    }
+    fn finding(&self, key: &str) -> u64 {
+        self.report()["findings"][key].as_u64().unwrap_or_else(|| panic!("findings.{key} missing: {}", self.report()))
+    }
+    fn faults(&self, kind: &str) -> u64 {
+        self.report()["faults_by_kind"][kind].as_u64().unwrap_or(0)
+    }
+    fn explain(&self) -> String {
+        format!("exit {:?}\nstdout: {}\nstderr: {}", self.code, self.stdout, self.stderr)
+    }
+}
+
+fn chaos(args: &[&str]) -> Run {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let out =
+        Command::new(BIN).arg("chaos").args(args).arg("--report").arg(&report).stdin(Stdio::null()).output().unwrap();
+    Run {
+        code: out.status.code(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        report: read_report(&report),
+    }
+}
+
+fn read_report(path: &Path) -> Option<Value> {
+    serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+}
+
+/// A fenced run must come out safe, with work done and the requested faults injected.
+fn assert_safe(run: &Run, faults: &[&str]) {
+    eprintln!("{}", run.stdout.trim());
+    assert_eq!(run.code, Some(0), "{}", run.explain());
+    assert!(run.stdout.starts_with("chaos: SAFE"), "{}", run.explain());
+    assert_eq!(run.finding("stale_writes_accepted"), 0, "{}", run.report());
+    assert_eq!(run.finding("token_regressions"), 0, "{}", run.report());
+    assert_eq!(run.report()["findings"]["lost_updates"], 0, "{}", run.report());
+    assert!(run.finding("acquisitions") > 0, "{}", run.report());
+    assert!(run.finding("writes_accepted") > 0, "{}", run.report());
+    for kind in faults {
+        assert!(run.faults(kind) >= 1, "no {kind} fault injected: {}", run.report());
+    }
+}
+
+/// The native server the harness starts itself survives worker kills and pauses, its own
+/// `kill -9` and SIGSTOP, and a partition, with no stale write accepted and no token going back.
+#[test]
+fn native_server_stays_safe_under_every_fault() {
+    let faults = ["kill", "pause", "server-kill", "server-pause", "partition"];
+    let run = chaos(&["--duration", "15s", "--ttl", "1s", "--faults", &faults.join(","), "--seed", "7"]);
+    assert_safe(&run, &faults);
+    assert_eq!(run.report()["setup"]["own_server"], true);
+}
+
+/// Proof that the checker can fail: without fencing, a worker paused inside its critical
+/// section past its TTL writes on a stale read after another worker took the lock and wrote.
+#[test]
+fn an_unfenced_run_under_pauses_is_caught_as_unsafe() {
+    let run = chaos(&[
+        "--duration",
+        "8s",
+        "--ttl",
+        "1s",
+        "--hold",
+        "600ms",
+        "--unfenced",
+        "--faults",
+        "pause",
+        "--target",
+        "holder",
+        "--seed",
+        "3",
+    ]);
+    eprintln!("{}", run.stdout.trim());
+    assert_eq!(run.code, Some(1), "{}", run.explain());
+    assert!(run.stdout.starts_with("chaos: UNSAFE"), "{}", run.explain());
+    assert!(run.finding("stale_writes_accepted") > 0, "{}", run.report());
+    assert!(run.finding("overlaps_both_written") > 0, "{}", run.report());
+    assert!(run.faults("pause") >= 2, "{}", run.report());
+}
+
+fn backend_round(url: &str, faults: &[&str]) -> Run {
+    chaos(&["--backend", url, "--duration", "8s", "--ttl", "1s", "--faults", &faults.join(","), "--seed", "11"])
+}
+
+/// One Redis (no persistence): safe under worker kills, pauses and partitions.
+#[test]
+fn redis_stays_safe_under_kills_pauses_and_partitions() {
+    let server = RedisServer::start();
+    let faults = ["kill", "pause", "partition"];
+    assert_safe(&backend_round(&server.url(), &faults), &faults);
+}
+
+/// etcd: safe under worker kills, pauses and partitions.
+#[test]
+fn etcd_stays_safe_under_kills_pauses_and_partitions() {
+    let server = EtcdServer::start();
+    let faults = ["kill", "pause", "partition"];
+    assert_safe(&backend_round(&server.url(), &faults), &faults);
+}
+
+/// ZooKeeper: safe under worker kills, pauses and partitions.
+#[test]
+fn zookeeper_stays_safe_under_kills_pauses_and_partitions() {
+    let server = ZkServer::start();
+    let faults = ["kill", "pause", "partition"];
+    assert_safe(&backend_round(&server.url(), &faults), &faults);
+}
+
+/// PostgreSQL lease table: safe under worker kills, pauses and partitions.
+#[test]
+fn postgres_stays_safe_under_kills_pauses_and_partitions() {
+    let server = PostgresServer::start();
+    let faults = ["kill", "pause", "partition"];
+    assert_safe(&backend_round(&server.url(), &faults), &faults);
+}
+
+/// MariaDB lease table: safe under worker kills, pauses and partitions.
+#[test]
+fn mysql_stays_safe_under_kills_pauses_and_partitions() {
+    let server = MySqlServer::start();
+    let faults = ["kill", "pause", "partition"];
+    assert_safe(&backend_round(&server.url(), &faults), &faults);
+}
+
+/// SQLite file shared by the worker processes: safe under worker kills and pauses (there is no
+/// network to partition).
+#[test]
+fn sqlite_stays_safe_under_kills_and_pauses() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    let faults = ["kill", "pause"];
+    assert_safe(&backend_round(&url, &faults), &faults);
+}
+
+/// Redlock has no fencing token, so it runs unfenced; the harness completes and reports under
+/// kills and partitions (its verdict is whatever Redlock achieved: see docs/safety.md).
+#[test]
+fn redlock_runs_unfenced_and_is_reported() {
+    let servers = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+    let url = format!("redlock://{},{},{}", servers[0].addr(), servers[1].addr(), servers[2].addr());
+    let run = chaos(&[
+        "--backend",
+        &url,
+        "--unfenced",
+        "--duration",
+        "8s",
+        "--ttl",
+        "1s",
+        "--faults",
+        "kill,partition",
+        "--seed",
+        "5",
+    ]);
+    eprintln!("{}", run.stdout.trim());
+    assert!(matches!(run.code, Some(0) | Some(1)), "{}", run.explain());
+    assert!(run.stdout.starts_with("chaos: "), "{}", run.explain());
+    assert_eq!(run.report()["setup"]["fenced"], false);
+    assert!(run.finding("acquisitions") > 0, "{}", run.report());
+    assert!(run.faults("kill") >= 1 && run.faults("partition") >= 1, "{}", run.report());
+
+    // Without --unfenced, Redlock is refused before any worker starts.
+    let run = chaos(&["--backend", &url, "--duration", "2s", "--faults", "kill"]);
+    assert_eq!(run.code, Some(2), "{}", run.explain());
+    assert!(run.stderr.contains("fencing"), "{}", run.explain());
+}
+
+/// Bad arguments exit 2 with a message naming the problem, before anything starts.
+#[test]
+fn bad_arguments_exit_2() {
+    let redis = format!("redis://127.0.0.1:{}", free_port());
+    for (args, needle) in [
+        (vec!["--backend", &redis, "--faults", "server-kill"], "server-kill"),
+        (vec!["--backend", &redis, "--faults", "kill,server-pause"], "server-pause"),
+        (vec!["--backend", "redis://192.0.2.1:6379", "--faults", "kill"], "loopback"),
+        (vec!["--backend", "etcd://127.0.0.1:2379,192.0.2.7:2379"], "loopback"),
+        (vec!["--backend", "sqlite:///tmp/x.db", "--faults", "partition"], "network"),
+        (vec!["--backend", "memory://x"], "memory"),
+        (vec!["--faults", "meteor"], "meteor"),
+        (vec!["--ttl", "0s"], "ttl"),
+        (vec!["--duration", "0s"], "longer than zero"),
+    ] {
+        let run = chaos(&args);
+        assert_eq!(run.code, Some(2), "{args:?}: {}", run.explain());
+        assert!(run.stderr.contains(needle), "{args:?}: {needle:?} not in {}", run.stderr);
+        assert!(run.report.is_none(), "{args:?} wrote a report");
+    }
+}
+
+/// A backend that is down at the start exits 69 quickly, with no report.
+#[test]
+fn an_unreachable_backend_exits_69() {
+    let url = format!("redis://127.0.0.1:{}", free_port());
+    let started = std::time::Instant::now();
+    let run = chaos(&["--backend", &url, "--duration", "5s", "--faults", "kill"]);
+    assert_eq!(run.code, Some(69), "{}", run.explain());
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    assert!(run.report.is_none());
+}

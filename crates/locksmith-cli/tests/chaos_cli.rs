@@ -223,3 +223,77 @@ fn an_unreachable_backend_exits_69() {
     assert!(started.elapsed() < std::time::Duration::from_secs(20));
     assert!(run.report.is_none());
 }
+
+/// The results table of docs/safety.md: every backend for `CHAOS_SECONDS` (default 60) with all
+/// its applicable faults, one after another so the runs do not share the 2 cores. Not part of
+/// CI (about 9 minutes); run it with a release binary:
+///
+/// ```sh
+/// cargo build --release -p locksmith-cli
+/// CHAOS_BIN=target/release/locksmith cargo test -p locksmith-cli --test chaos_cli -- --ignored --nocapture
+/// ```
+#[test]
+#[ignore = "about 9 minutes; produces the table in docs/safety.md"]
+fn safety_matrix() {
+    let seconds = std::env::var("CHAOS_SECONDS").unwrap_or_else(|_| "60".into());
+    let duration = format!("{seconds}s");
+    let bin = std::env::var("CHAOS_BIN").unwrap_or_else(|_| BIN.to_string());
+    let run = |name: &str, extra: &[&str]| {
+        let dir = tempfile::tempdir().unwrap();
+        let report = dir.path().join("report.json");
+        let out = Command::new(&bin)
+            .arg("chaos")
+            .args(["--duration", &duration, "--ttl", "1s", "--seed", "2026", "--report"])
+            .arg(&report)
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        println!("{name}: exit {:?}: {}", out.status.code(), stdout.trim());
+        if !out.stderr.is_empty() {
+            println!("  stderr: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        out.status.code()
+    };
+    let mut codes = Vec::new();
+    codes.push(run("native", &[]));
+    codes.push(run("native --unfenced", &["--unfenced", "--faults", "kill,pause,server-kill,server-pause"]));
+    {
+        let s = RedisServer::start();
+        codes.push(run("redis", &["--backend", &s.url()]));
+    }
+    {
+        let s = RedisServer::start_durable();
+        codes.push(run("redis (appendfsync always)", &["--backend", &s.url()]));
+    }
+    {
+        let s = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
+        let url = format!("redlock://{},{},{}", s[0].addr(), s[1].addr(), s[2].addr());
+        run("redlock --unfenced", &["--backend", &url, "--unfenced"]);
+    }
+    {
+        let s = EtcdServer::start();
+        codes.push(run("etcd", &["--backend", &s.url()]));
+    }
+    {
+        let s = ZkServer::start();
+        codes.push(run("zk", &["--backend", &s.url()]));
+    }
+    {
+        let s = PostgresServer::start();
+        codes.push(run("postgres", &["--backend", &s.url()]));
+    }
+    {
+        let s = MySqlServer::start();
+        codes.push(run("mysql", &["--backend", &s.url()]));
+    }
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+        codes.push(run("sqlite", &["--backend", &url]));
+    }
+    // Every fenced run must be safe; the unfenced native run shows what fencing prevents.
+    assert_eq!(codes[0], Some(0));
+    assert!(codes[2..].iter().all(|c| *c == Some(0)), "{codes:?}");
+}

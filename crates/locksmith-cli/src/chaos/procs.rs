@@ -3,6 +3,7 @@
 //! running.
 
 use std::net::SocketAddr;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -18,12 +19,13 @@ pub struct Proc {
 }
 
 impl Proc {
-    /// Starts `cmd`.
+    /// Starts `cmd` in a process group of its own, so a Ctrl-C at the terminal reaches only the
+    /// harness, which then stops its children in order and still reports.
     ///
     /// # Errors
     /// The program cannot be started.
     pub fn spawn(cmd: &mut Command) -> std::io::Result<Self> {
-        let child = cmd.spawn()?;
+        let child = cmd.process_group(0).spawn()?;
         let pid = i32::try_from(child.id()).map_err(std::io::Error::other)?;
         Ok(Self { child: Some(child), pid })
     }

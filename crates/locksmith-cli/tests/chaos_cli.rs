@@ -68,14 +68,87 @@ fn assert_safe(run: &Run, faults: &[&str]) {
     }
 }
 
+/// Processes whose command line mentions `dir` (the harness passes its history dir to every
+/// worker it starts).
+fn processes_mentioning(dir: &Path) -> Vec<String> {
+    let needle = dir.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(&needle) {
+                found.push(format!("{}: {cmdline}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
+/// The port of the harness's own server, from the report's backend URL.
+fn own_server_port(run: &Run) -> u16 {
+    let url = run.report()["setup"]["backend"].as_str().unwrap();
+    url.rsplit(':').next().unwrap().parse().unwrap()
+}
+
 /// The native server the harness starts itself survives worker kills and pauses, its own
-/// `kill -9` and SIGSTOP, and a partition, with no stale write accepted and no token going back.
+/// `kill -9` and SIGSTOP, and a partition, with no stale write accepted and no token going back;
+/// afterwards no worker or server of the run is left.
 #[test]
 fn native_server_stays_safe_under_every_fault() {
+    let histories = tempfile::tempdir().unwrap();
+    let dir = histories.path().to_str().unwrap();
     let faults = ["kill", "pause", "server-kill", "server-pause", "partition"];
-    let run = chaos(&["--duration", "15s", "--ttl", "1s", "--faults", &faults.join(","), "--seed", "7"]);
+    let run = chaos(&[
+        "--duration",
+        "15s",
+        "--ttl",
+        "1s",
+        "--faults",
+        &faults.join(","),
+        "--seed",
+        "7",
+        "--history-dir",
+        dir,
+    ]);
     assert_safe(&run, &faults);
     assert_eq!(run.report()["setup"]["own_server"], true);
+    // One history file per worker incarnation: 5 first starts plus one per kill.
+    let files = std::fs::read_dir(histories.path()).unwrap().flatten();
+    let jsonl = files.filter(|e| e.file_name().to_string_lossy().ends_with(".jsonl")).count() as u64;
+    assert_eq!(jsonl, 5 + run.faults("kill"), "{}", run.report());
+    assert_eq!(run.report()["history_files"].as_u64(), Some(jsonl));
+    assert!(processes_mentioning(histories.path()).is_empty(), "{:?}", processes_mentioning(histories.path()));
+    let port = own_server_port(&run);
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "the harness's server still listens");
+}
+
+/// Ctrl-C stops the run early: the fault in progress is healed, every process ended, and the
+/// histories so far are still checked and reported (exit 130).
+#[test]
+fn ctrl_c_stops_early_ends_every_process_and_still_reports() {
+    let histories = tempfile::tempdir().unwrap();
+    let report = histories.path().join("report.json");
+    let mut child = Command::new(BIN)
+        .args(["chaos", "--duration", "60s", "--faults", "pause,server-pause", "--seed", "1", "--report"])
+        .arg(&report)
+        .arg("--history-dir")
+        .arg(histories.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(started.elapsed() < std::time::Duration::from_secs(15), "took {:?} to stop", started.elapsed());
+    assert_eq!(out.status.code(), Some(130));
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("chaos: SAFE"));
+    let report = read_report(&report).expect("a report after Ctrl-C");
+    assert_eq!(report["interrupted"], true);
+    assert!(report["findings"]["acquisitions"].as_u64().unwrap() > 0, "{report}");
+    assert!(processes_mentioning(histories.path()).is_empty(), "{:?}", processes_mentioning(histories.path()));
 }
 
 /// Proof that the checker can fail: without fencing, a worker paused inside its critical
@@ -230,7 +303,7 @@ fn an_unreachable_backend_exits_69() {
 ///
 /// ```sh
 /// cargo build --release -p locksmith-cli
-/// CHAOS_BIN=target/release/locksmith cargo test -p locksmith-cli --test chaos_cli -- --ignored --nocapture
+/// CHAOS_BIN=$PWD/target/release/locksmith cargo test -p locksmith-cli --test chaos_cli -- --ignored --nocapture
 /// ```
 #[test]
 #[ignore = "about 9 minutes; produces the table in docs/safety.md"]

@@ -128,7 +128,7 @@ fn native_server_stays_safe_under_every_fault() {
 fn ctrl_c_stops_early_ends_every_process_and_still_reports() {
     let histories = tempfile::tempdir().unwrap();
     let report = histories.path().join("report.json");
-    let mut child = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(["chaos", "--duration", "60s", "--faults", "pause,server-pause", "--seed", "1", "--report"])
         .arg(&report)
         .arg("--history-dir")

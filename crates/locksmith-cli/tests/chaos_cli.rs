@@ -278,6 +278,7 @@ fn bad_arguments_exit_2() {
         (vec!["--faults", "meteor"], "meteor"),
         (vec!["--ttl", "0s"], "ttl"),
         (vec!["--duration", "0s"], "longer than zero"),
+        (vec!["--history-dir", env!("CARGO_MANIFEST_DIR")], "not empty"),
     ] {
         let run = chaos(&args);
         assert_eq!(run.code, Some(2), "{args:?}: {}", run.explain());

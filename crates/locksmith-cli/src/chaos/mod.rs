@@ -218,6 +218,10 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
         .map_err(|e| Stop::software(format!("cannot create a temp dir: {e}")))?;
     let dir = match &args.history_dir {
         Some(d) => {
+            // Histories are appended to: old files would mix another run's holds into this one.
+            if std::fs::read_dir(d).is_ok_and(|mut entries| entries.next().is_some()) {
+                return Err(Stop::usage(format!("--history-dir {} is not empty", d.display())));
+            }
             std::fs::create_dir_all(d).map_err(|e| Stop::software(format!("cannot create {}: {e}", d.display())))?;
             d.clone()
         }

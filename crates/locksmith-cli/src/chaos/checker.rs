@@ -190,20 +190,13 @@ pub fn check(histories: &[Record], register: &[Entry], final_value: u64, fenced:
 
     let written: HashSet<&str> =
         register.iter().filter(|e| e.op == Op::Write && e.accepted).map(|e| e.hold.as_str()).collect();
-    for o in overlaps(&holds, &written) {
-        f.overlapping_holds += 1;
-        f.overlaps_both_written += usize::from(o.both_written);
-        // Prefer the examples that matter: overlaps where both sides wrote.
-        if f.overlap_examples.len() < EXAMPLES || (o.both_written && f.overlap_examples.iter().any(|x| !x.both_written))
-        {
-            if f.overlap_examples.len() >= EXAMPLES {
-                if let Some(i) = f.overlap_examples.iter().position(|x| !x.both_written) {
-                    f.overlap_examples.remove(i);
-                }
-            }
-            f.overlap_examples.push(o);
-        }
-    }
+    let mut overlaps = overlaps(&holds, &written);
+    f.overlapping_holds = overlaps.len();
+    f.overlaps_both_written = overlaps.iter().filter(|o| o.both_written).count();
+    // The examples that matter first: overlaps where both sides wrote.
+    overlaps.sort_by_key(|o| !o.both_written);
+    overlaps.truncate(EXAMPLES);
+    f.overlap_examples = overlaps;
     f
 }
 
@@ -243,9 +236,10 @@ pub fn holds(histories: &[Record], register: &[Entry]) -> Vec<Hold> {
         }
     }
     for r in histories {
-        if let (Event::ReleaseStart { hold }, Some(h)) = (&r.event, by_id.get_mut(r.event.hold())) {
-            debug_assert_eq!(hold, &h.hold);
-            h.release_start = Some(r.t);
+        if let Event::ReleaseStart { hold } = &r.event {
+            if let Some(h) = by_id.get_mut(hold.as_str()) {
+                h.release_start = Some(r.t);
+            }
         }
     }
     let mut holds: Vec<Hold> = by_id

@@ -56,6 +56,7 @@ fn read_report(path: &Path) -> Option<Value> {
 /// A fenced run must come out safe, with work done and the requested faults injected.
 fn assert_safe(run: &Run, faults: &[&str]) {
     eprintln!("{}", run.stdout.trim());
+    assert_eq!(run.report()["early_exits"], serde_json::json!([]), "{}", run.explain());
     assert_eq!(run.code, Some(0), "{}", run.explain());
     assert!(run.stdout.starts_with("chaos: SAFE"), "{}", run.explain());
     assert_eq!(run.finding("stale_writes_accepted"), 0, "{}", run.report());
@@ -182,12 +183,24 @@ fn backend_round(url: &str, faults: &[&str]) -> Run {
     chaos(&["--backend", url, "--duration", "8s", "--ttl", "1s", "--faults", &faults.join(","), "--seed", "11"])
 }
 
-/// One Redis (no persistence): safe under worker kills, pauses and partitions.
+/// One Redis (no persistence): safe under worker kills, pauses, partitions and added latency.
 #[test]
-fn redis_stays_safe_under_kills_pauses_and_partitions() {
+fn redis_stays_safe_under_kills_pauses_partitions_and_latency() {
     let server = RedisServer::start();
-    let faults = ["kill", "pause", "partition"];
-    assert_safe(&backend_round(&server.url(), &faults), &faults);
+    let faults = ["kill", "pause", "partition", "latency"];
+    let run = chaos(&[
+        "--backend",
+        &server.url(),
+        "--duration",
+        "10s",
+        "--ttl",
+        "1s",
+        "--faults",
+        &faults.join(","),
+        "--seed",
+        "11",
+    ]);
+    assert_safe(&run, &faults);
 }
 
 /// etcd: safe under worker kills, pauses and partitions.

@@ -298,6 +298,10 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
         }
         (faults, was_interrupted)
     };
+    let early_exits = workers.early_exits();
+    for e in &early_exits {
+        eprintln!("locksmith chaos: {e} ended before the run did");
+    }
     // Workers finish their cycle (bounded by the hold time and one unlock), then are killed.
     workers.stop_all(args.ttl * 3 + hold + Duration::from_secs(2)).await;
     drop(proxies);
@@ -339,6 +343,7 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
     };
     let mut report = report::Report::new(setup, findings, faults, workers.histories().len(), bad);
     report.interrupted = was_interrupted;
+    report.early_exits = early_exits;
     if let Some(path) = &args.report {
         let json = serde_json::to_vec_pretty(&report).map_err(|e| Stop::software(e.to_string()))?;
         std::fs::write(path, json).map_err(|e| Stop::software(format!("cannot write {}: {e}", path.display())))?;

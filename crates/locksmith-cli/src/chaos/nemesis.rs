@@ -35,7 +35,8 @@ pub enum FaultKind {
     ServerPause,
     /// Cut (reset) or blackhole (stall) the proxy of one backend host for 1.5–3 × TTL.
     Partition,
-    /// Add 20–200 ms to every round trip through the proxy of one backend host for 2–4 × TTL.
+    /// Add 20–200 ms to every round trip through the proxy of one backend host for 2–4 × TTL
+    /// (1.5–2 × TTL in the first pass).
     Latency,
 }
 
@@ -173,7 +174,8 @@ fn length(kind: FaultKind, ttl: Duration, rng: &mut StdRng, short: bool) -> Dura
         FaultKind::Kill => Duration::ZERO,
         FaultKind::ServerKill => ttl.mul_f64(rng.random_range(0.0..0.5)),
         FaultKind::Pause | FaultKind::ServerPause | FaultKind::Partition => ttl.mul_f64(rng.random_range(1.5..high)),
-        FaultKind::Latency => ttl.mul_f64(rng.random_range(2.0..high + 1.0)),
+        FaultKind::Latency if short => ttl.mul_f64(rng.random_range(1.5..2.0)),
+        FaultKind::Latency => ttl.mul_f64(rng.random_range(2.0..4.0)),
     }
 }
 

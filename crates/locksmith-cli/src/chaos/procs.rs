@@ -42,6 +42,13 @@ impl Proc {
         }
     }
 
+    /// The exit status if the process has ended on its own (it is then reaped).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
+    }
+
     /// `kill -9` and reap.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

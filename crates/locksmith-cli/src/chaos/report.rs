@@ -53,6 +53,8 @@ pub struct Report {
     pub unparsable_lines: usize,
     /// The run was cut short (Ctrl-C).
     pub interrupted: bool,
+    /// Workers that ended on their own before the run did (a harness problem, not a finding).
+    pub early_exits: Vec<String>,
 }
 
 impl Report {
@@ -71,6 +73,7 @@ impl Report {
             history_files,
             unparsable_lines: bad,
             interrupted: false,
+            early_exits: Vec::new(),
         }
     }
 

@@ -143,6 +143,18 @@ impl Workers {
         }
     }
 
+    /// Workers whose current incarnation ended on its own (not killed by the nemesis), e.g.
+    /// `worker 3 (incarnation 2): exit status: 70`; see `workers.log` in the history dir.
+    pub fn early_exits(&mut self) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, s) in self.slots.iter_mut().enumerate() {
+            if let Some(status) = s.proc.as_mut().and_then(Proc::exited) {
+                out.push(format!("worker {} (incarnation {}): {status}", i + 1, s.incarnation));
+            }
+        }
+        out
+    }
+
     /// SIGTERM every worker (each finishes its cycle), then `kill -9` whoever is left after
     /// `grace`.
     ///

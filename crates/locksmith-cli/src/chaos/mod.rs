@@ -242,7 +242,8 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
         (None, None) => return Err(Stop::software("no backend")),
     };
     let (worker_url, proxies) = if kinds.iter().any(|k| k.needs_proxy()) {
-        let (u, p) = proxy::Proxies::front(&url).await.map_err(Stop::usage)?;
+        // Hosts were checked above, so a failure here is the harness's own (a proxy cannot bind).
+        let (u, p) = proxy::Proxies::front(&url).await.map_err(Stop::software)?;
         (u, Some(p))
     } else {
         (url.clone(), None)

@@ -1,4 +1,4 @@
-//! The `locksmith` command line: `serve`, `run`, `status`, `bench`, `sql`. Each command is one module;
+//! The `locksmith` command line: `serve`, `run`, `status`, `bench`, `chaos`, `sql`. Each command is one module;
 //! this file only parses arguments and sets up logging and the runtime.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand};
 
 pub mod bench;
+pub mod chaos;
 pub mod exit;
 pub mod run;
 pub mod serve;
@@ -39,6 +40,12 @@ pub enum Command {
     Bench(bench::BenchArgs),
     /// SQL backends: create the schema on a database (`init URL`) or print its DDL (`schema`).
     Sql(sql::SqlArgs),
+    /// Safety harness: workers under the lock increment a fenced register while faults are
+    /// injected; a checker reports stale writes, token regressions and overlapping holds.
+    Chaos(chaos::ChaosArgs),
+    /// One worker process of `chaos` (started by the harness).
+    #[command(hide = true)]
+    ChaosWorker(chaos::worker::WorkerArgs),
 }
 
 /// Parses `500ms`, `10s`, `2m` for clap.
@@ -68,6 +75,8 @@ pub fn main() -> ExitCode {
             Command::Status(a) => status::status(a).await,
             Command::Bench(a) => bench::bench(a).await,
             Command::Sql(a) => sql::sql(a).await,
+            Command::Chaos(a) => chaos::chaos(a).await,
+            Command::ChaosWorker(a) => chaos::worker::chaos_worker(a).await,
         }
     })
 }

@@ -123,6 +123,27 @@ fn native_server_stays_safe_under_every_fault() {
     assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err(), "the harness's server still listens");
 }
 
+/// The native server with `--durability leases` (no disk wait per grant) stays safe under
+/// `kill -9` and SIGSTOP of workers and of the server: after each restart the reserved token
+/// blocks keep tokens going up, and the quiet period keeps the crashed run's holders alone.
+#[test]
+fn native_server_with_lease_durability_stays_safe_under_server_crashes() {
+    let faults = ["kill", "pause", "server-kill", "server-pause"];
+    let run = chaos(&[
+        "--durability",
+        "leases",
+        "--duration",
+        "12s",
+        "--ttl",
+        "1s",
+        "--faults",
+        &faults.join(","),
+        "--seed",
+        "5",
+    ]);
+    assert_safe(&run, &faults);
+}
+
 /// Ctrl-C stops the run early: the fault in progress is healed, every process ended, and the
 /// histories so far are still checked and reported (exit 130).
 #[test]
@@ -288,6 +309,7 @@ fn bad_arguments_exit_2() {
         (vec!["--backend", "etcd://127.0.0.1:2379,192.0.2.7:2379"], "loopback"),
         (vec!["--backend", "sqlite:///tmp/x.db", "--faults", "partition"], "network"),
         (vec!["--backend", "memory://x"], "memory"),
+        (vec!["--backend", &redis, "--durability", "leases"], "durability"),
         (vec!["--faults", "meteor"], "meteor"),
         (vec!["--ttl", "0s"], "ttl"),
         (vec!["--duration", "0s"], "longer than zero"),
@@ -345,6 +367,7 @@ fn safety_matrix() {
     };
     let mut codes = Vec::new();
     codes.push(run("native", &[]));
+    codes.push(run("native --durability leases", &["--durability", "leases"]));
     codes.push(run("native --unfenced", &["--unfenced", "--faults", "kill,pause,server-kill,server-pause"]));
     {
         let s = RedisServer::start();

@@ -74,6 +74,10 @@ pub struct ChaosArgs {
     /// [default: a temporary directory, removed at the end].
     #[arg(long)]
     pub history_dir: Option<PathBuf>,
+    /// `--durability` of the harness's own native server (`grants` or `leases`, see
+    /// `locksmith serve --help`); refused with `--backend`.
+    #[arg(long, value_enum)]
+    pub durability: Option<crate::serve::DurabilityArg>,
 }
 
 /// Parses the run length: more than zero, at most one hour (the harness is bounded in time).
@@ -202,6 +206,9 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
         return Err(Stop::usage("--hold is at most 60s"));
     }
     let own_server = args.backend.is_none();
+    if !own_server && args.durability.is_some() {
+        return Err(Stop::usage("--durability applies to the harness's own server: not with --backend"));
+    }
     let networked = match &args.backend {
         Some(url) => check_backend(url, &args.faults)?,
         None => true,
@@ -230,7 +237,7 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
 
     let mut server = match own_server {
         true => Some(
-            procs::Server::start(&exe, temp.path())
+            procs::Server::start(&exe, temp.path(), args.durability.unwrap_or(crate::serve::DurabilityArg::Grants))
                 .await
                 .map_err(|e| Stop::software(format!("cannot start the native server: {e}")))?,
         ),

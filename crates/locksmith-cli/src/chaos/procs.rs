@@ -95,21 +95,27 @@ pub struct Server {
     addr: SocketAddr,
     data: PathBuf,
     log: PathBuf,
+    durability: &'static str,
     proc: Option<Proc>,
 }
 
 impl Server {
-    /// Starts `exe serve --listen <addr> --data-dir <dir>/data` and waits until it listens.
+    /// Starts `exe serve --listen <addr> --data-dir <dir>/data --durability <d>` and waits
+    /// until it listens.
     ///
     /// # Cancel safety
     /// Cancel safe: a server already spawned is killed when the future is dropped.
     ///
     /// # Errors
     /// It could not be started or did not listen within 20 s.
-    pub async fn start(exe: &Path, dir: &Path) -> std::io::Result<Self> {
+    pub async fn start(exe: &Path, dir: &Path, durability: crate::serve::DurabilityArg) -> std::io::Result<Self> {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let mut s =
-            Self { exe: exe.to_path_buf(), addr, data: dir.join("data"), log: dir.join("server.log"), proc: None };
+        let durability = match durability {
+            crate::serve::DurabilityArg::Grants => "grants",
+            crate::serve::DurabilityArg::Leases => "leases",
+        };
+        let (data, log) = (dir.join("data"), dir.join("server.log"));
+        let mut s = Self { exe: exe.to_path_buf(), addr, data, log, durability, proc: None };
         s.restart().await?;
         Ok(s)
     }
@@ -147,6 +153,7 @@ impl Server {
             .arg(self.addr.to_string())
             .arg("--data-dir")
             .arg(&self.data)
+            .args(["--durability", self.durability])
             .env("LOCKSMITH_LOG", "warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -15,6 +15,17 @@ use crate::notify::{Registration, Wakeups};
 use crate::schema;
 use crate::url::{Config, Dialect, Options};
 
+/// Bumps (creating at 1) the fencing counter of a name and returns it: one statement on
+/// PostgreSQL; on MySQL the value comes back through the connection's `LAST_INSERT_ID()`, so
+/// [`LAST_FENCE_MYSQL`] must run on the same connection.
+pub(crate) const BUMP_FENCE_POSTGRES: &str = "INSERT INTO locksmith_fence (name, token) VALUES ($1, 1) \
+     ON CONFLICT (name) DO UPDATE SET token = locksmith_fence.token + 1 RETURNING token";
+/// See [`BUMP_FENCE_POSTGRES`].
+pub(crate) const BUMP_FENCE_MYSQL: &str = "INSERT INTO locksmith_fence (name, token) VALUES (?, LAST_INSERT_ID(1)) \
+     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+/// The token [`BUMP_FENCE_MYSQL`] left on its connection.
+pub(crate) const LAST_FENCE_MYSQL: &str = "SELECT CAST(LAST_INSERT_ID() AS SIGNED)";
+
 /// Time to open a connection (or wait for a free one) before the database counts as unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest time one operation (a statement or the acquire transaction) may take.
@@ -286,25 +297,13 @@ impl Db {
             .timed(move || async move {
                 match pool {
                     Pool::Postgres(p) => {
-                        sqlx::query_scalar::<_, i64>(
-                            "INSERT INTO locksmith_fence (name, token) VALUES ($1, 1) \
-                             ON CONFLICT (name) DO UPDATE SET token = locksmith_fence.token + 1 RETURNING token",
-                        )
-                        .bind(name)
-                        .fetch_one(p)
-                        .await
+                        sqlx::query_scalar::<_, i64>(BUMP_FENCE_POSTGRES).bind(name).fetch_one(p).await
                     }
                     Pool::MySql(p) => {
                         // LAST_INSERT_ID(expr) is per connection: both statements on one.
                         let mut c = p.acquire().await?;
-                        sqlx::query(
-                            "INSERT INTO locksmith_fence (name, token) VALUES (?, LAST_INSERT_ID(1)) \
-                             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)",
-                        )
-                        .bind(name)
-                        .execute(&mut *c)
-                        .await?;
-                        sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)").fetch_one(&mut *c).await
+                        sqlx::query(BUMP_FENCE_MYSQL).bind(name).execute(&mut *c).await?;
+                        sqlx::query_scalar::<_, i64>(LAST_FENCE_MYSQL).fetch_one(&mut *c).await
                     }
                     Pool::Sqlite(p) => {
                         sqlx::query_scalar::<_, i64>(
@@ -547,13 +546,7 @@ async fn acquire_txn(pool: &Pool, name: &str, owner: &str, ttl_ms: i64) -> Resul
         Pool::Postgres(p) => {
             let mut tx = p.begin().await?;
             // The counter row lock serializes acquirers of this name until commit/rollback.
-            let token: i64 = sqlx::query_scalar(
-                "INSERT INTO locksmith_fence (name, token) VALUES ($1, 1) \
-                 ON CONFLICT (name) DO UPDATE SET token = locksmith_fence.token + 1 RETURNING token",
-            )
-            .bind(name)
-            .fetch_one(&mut *tx)
-            .await?;
+            let token: i64 = sqlx::query_scalar(BUMP_FENCE_POSTGRES).bind(name).fetch_one(&mut *tx).await?;
             sqlx::query("DELETE FROM locksmith_locks WHERE name = $1 AND expires_at < clock_timestamp()")
                 .bind(name)
                 .execute(&mut *tx)

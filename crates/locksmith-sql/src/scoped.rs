@@ -18,7 +18,7 @@ use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockNa
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::conn;
-use crate::db::{Db, Dedicated};
+use crate::db::{Db, Dedicated, BUMP_FENCE_MYSQL, BUMP_FENCE_POSTGRES, LAST_FENCE_MYSQL};
 use crate::rowlock::{self, KillOnDrop};
 use crate::url::Mode;
 
@@ -91,23 +91,11 @@ impl ScopedSession {
             .on(async {
                 match conn {
                     Dedicated::Postgres(c) => {
-                        sqlx::query_scalar::<_, i64>(
-                            "INSERT INTO locksmith_fence (name, token) VALUES ($1, 1) \
-                             ON CONFLICT (name) DO UPDATE SET token = locksmith_fence.token + 1 RETURNING token",
-                        )
-                        .bind(name)
-                        .fetch_one(c)
-                        .await
+                        sqlx::query_scalar::<_, i64>(BUMP_FENCE_POSTGRES).bind(name).fetch_one(c).await
                     }
                     Dedicated::MySql(c) => {
-                        sqlx::query(
-                            "INSERT INTO locksmith_fence (name, token) VALUES (?, LAST_INSERT_ID(1)) \
-                             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)",
-                        )
-                        .bind(name)
-                        .execute(&mut *c)
-                        .await?;
-                        sqlx::query_scalar::<_, i64>("SELECT CAST(LAST_INSERT_ID() AS SIGNED)").fetch_one(&mut *c).await
+                        sqlx::query(BUMP_FENCE_MYSQL).bind(name).execute(&mut *c).await?;
+                        sqlx::query_scalar::<_, i64>(LAST_FENCE_MYSQL).fetch_one(&mut *c).await
                     }
                 }
             })

@@ -107,16 +107,36 @@ fn plot_writes_an_svg_naming_every_backend() {
     assert!(text.matches("<polyline").count() >= backends.len(), "one CDF curve per backend");
 }
 
-/// A PNG plot is refused up front, before any workload runs, with a usage error.
+/// `--plot out.png` writes a PNG image of the same charts.
 #[test]
-fn plot_to_png_is_refused_before_running() {
+fn plot_writes_a_png_when_the_file_ends_in_png() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("out.png");
     let out = Command::new(BIN)
-        .args(["bench", "--backend", "memory://png", "--plot", "out.png"])
+        .args(["bench", "--backend", "memory://png", "--duration", "50ms", "--workloads", "uncontended,contended,many"])
+        .arg("--plot")
+        .arg(&path)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG file");
+    // IHDR: width and height big-endian right after the chunk header.
+    assert_eq!(&bytes[16..24], &[0, 0, 5, 0, 0, 0, 2, 8], "1280×520 image");
+}
+
+/// A plot file of another type is refused up front, before any workload runs, with a usage
+/// error.
+#[test]
+fn plot_to_an_unknown_image_type_is_refused_before_running() {
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", "memory://gif", "--plot", "out.gif"])
         .stdin(Stdio::null())
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("use FILE.svg"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must end in .svg or .png"));
     assert!(out.stdout.is_empty());
 }
 

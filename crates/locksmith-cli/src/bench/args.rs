@@ -40,8 +40,9 @@ pub struct BenchArgs {
     /// Print one JSON document instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Also draw the results: a latency CDF and a throughput chart, as SVG.
-    #[arg(long, value_name = "FILE.svg")]
+    /// Also draw the results: a latency CDF and a throughput chart, as SVG or PNG (by the
+    /// file's extension).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     pub plot: Option<PathBuf>,
     /// How many times to run every workload on every backend; figures are medians over rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]

@@ -1,5 +1,8 @@
-//! `--plot FILE.svg`: a latency CDF of the uncontended cycle per backend, and a throughput bar
-//! chart (contended and many locks) per backend, side by side in one SVG.
+//! `--plot FILE.svg|FILE.png`: a latency CDF of the uncontended cycle per backend, and a
+//! throughput bar chart (contended and many locks) per backend, side by side in one image.
+//!
+//! PNG is drawn into an RGB buffer by plotters' bitmap backend and encoded with the `png` crate
+//! (a small encoder, instead of the `image` crate plotters would otherwise pull in).
 //!
 //! Text is laid out with a font compiled into the binary (DejaVu Sans, see
 //! `assets/DejaVuSans.LICENSE`), so plotting needs no system fonts to build or to run.
@@ -16,24 +19,60 @@ use super::stats::cdf;
 /// DejaVu Sans, registered as plotters' `sans-serif`.
 const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
 
-/// Checks `--plot`'s file name before anything runs: only SVG is built in.
-pub(crate) fn check_path(path: &Path) -> Result<(), String> {
+/// Width and height of the image, in pixels.
+const SIZE: (u32, u32) = (1280, 520);
+
+/// The image formats `--plot` writes, chosen by the file's extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Format {
+    Svg,
+    Png,
+}
+
+/// Checks `--plot`'s file name before anything runs, so a typo costs no benchmark run.
+pub(crate) fn check_path(path: &Path) -> Result<Format, String> {
     match path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase).as_deref() {
-        Some("svg") => Ok(()),
-        Some("png") => Err("PNG plots are not built in (they would pull in an image encoder); use FILE.svg".into()),
-        _ => Err(format!("{}: the plot file must end in .svg", path.display())),
+        Some("svg") => Ok(Format::Svg),
+        Some("png") => Ok(Format::Png),
+        _ => Err(format!("{}: the plot file must end in .svg or .png", path.display())),
     }
 }
 
-/// Draws the charts of `reports` into the SVG file `path`.
+/// Draws the charts of `reports` into `path`, as SVG or PNG by its extension.
 pub(crate) fn draw(path: &Path, reports: &[BackendReport], clients: u32, locks: u32) -> Result<(), String> {
     register_font("sans-serif", FontStyle::Normal, FONT).map_err(|_| "the built-in font is unreadable".to_string())?;
-    let root = SVGBackend::new(path, (1280, 520)).into_drawing_area();
+    match check_path(path)? {
+        Format::Svg => charts(SVGBackend::new(path, SIZE).into_drawing_area(), reports, clients, locks),
+        Format::Png => {
+            let mut rgb = vec![0u8; SIZE.0 as usize * SIZE.1 as usize * 3];
+            charts(BitMapBackend::with_buffer(&mut rgb, SIZE).into_drawing_area(), reports, clients, locks)?;
+            write_png(path, &rgb)
+        }
+    }
+}
+
+fn charts<DB: DrawingBackend>(
+    root: DrawingArea<DB, plotters::coord::Shift>,
+    reports: &[BackendReport],
+    clients: u32,
+    locks: u32,
+) -> Result<(), String> {
     root.fill(&WHITE).map_err(err)?;
-    let (left, right) = root.split_horizontally(640);
+    let (left, right) = root.split_horizontally(SIZE.0 / 2);
     latency_cdf(&left, reports)?;
     throughput(&right, reports, clients, locks)?;
     root.present().map_err(err)
+}
+
+fn write_png(path: &Path, rgb: &[u8]) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("writing {}: {e}", path.display());
+    let file = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+    let mut encoder = png::Encoder::new(file, SIZE.0, SIZE.1);
+    encoder.set_color(png::ColorType::Rgb);
+    encoder.set_depth(png::BitDepth::Eight);
+    let mut writer = encoder.write_header().map_err(|e| format!("writing {}: {e}", path.display()))?;
+    writer.write_image_data(rgb).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    writer.finish().map_err(|e| format!("writing {}: {e}", path.display()))
 }
 
 fn err(e: impl std::fmt::Display) -> String {

@@ -29,9 +29,9 @@ async fn each_release_wakes_one_waiter_in_fifo_order() {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let mut tasks = Vec::new();
     for i in 0..WAITERS {
-        let (client, name, tx) = (clients[i % CLIENTS].clone(), name.clone(), tx.clone());
+        let (client, n, tx) = (clients[i % CLIENTS].clone(), name.clone(), tx.clone());
         tasks.push(tokio::spawn(async move {
-            let guard = client.lock(&name).await.unwrap();
+            let guard = client.lock(&n).await.unwrap();
             tx.send((i, guard)).unwrap();
         }));
         until_waiters(&holder, &name, i as u64 + 1).await;

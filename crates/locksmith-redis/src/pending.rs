@@ -60,7 +60,7 @@ impl Drop for Pending {
                 }
             }
             if let Some(waiter) = entry.waiter.get() {
-                if let Err(e) = shared.leave(&entry.key, &waiter).await {
+                if let Err(e) = shared.leave(&entry.key, waiter).await {
                     tracing::debug!(key = %entry.key, error = %e, "leaving the waiter queue failed; the entry goes stale");
                 }
             }

@@ -318,7 +318,10 @@ mod tests {
     fn parses_replies() {
         let arr = |a: Value, b: Value| Value::Array(vec![a, b]);
         assert_eq!(Attempt::parse(&arr(Value::Int(1), Value::Int(7))), Some(Attempt::Granted(7)));
-        assert_eq!(Attempt::parse(&arr(Value::Int(0), Value::Int(-1))), Some(Attempt::Busy(Busy { pttl: -1, rank: -1 })));
+        assert_eq!(
+            Attempt::parse(&arr(Value::Int(0), Value::Int(-1))),
+            Some(Attempt::Busy(Busy { pttl: -1, rank: -1 }))
+        );
         let queued = Value::Array(vec![Value::Int(0), Value::Int(900), Value::Int(3)]);
         assert_eq!(Attempt::parse(&queued), Some(Attempt::Busy(Busy { pttl: 900, rank: 3 })));
         assert_eq!(

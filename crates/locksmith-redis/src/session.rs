@@ -137,7 +137,11 @@ impl Session for RedisSession {
         let mut failures = 0;
         loop {
             pending.in_flight = true;
-            let attempt = match self.shared.try_acquire(&pending.entry, self.ttl_ms, pending.entry.waiter.get().map(String::as_str)).await {
+            let attempt = match self
+                .shared
+                .try_acquire(&pending.entry, self.ttl_ms, pending.entry.waiter.get().map(String::as_str))
+                .await
+            {
                 Ok(a) => a,
                 // A waiter rides out a short blip (a dropped connection is re-opened on the next
                 // call); a no-wait attempt or a lasting outage reports it.

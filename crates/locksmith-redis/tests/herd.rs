@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{until_waiters, unique, wakeups};
+use common::{unique, until_waiters, wakeups};
 use locksmith_testkit::RedisServer;
 use tokio::sync::mpsc;
 
@@ -40,7 +40,8 @@ async fn each_release_wakes_one_waiter_in_fifo_order() {
     assert!(held.unlock().await.unwrap());
     let mut order = Vec::new();
     for _ in 0..WAITERS {
-        let (i, guard) = tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a hand-off stalled").unwrap();
+        let (i, guard) =
+            tokio::time::timeout(Duration::from_secs(5), rx.recv()).await.expect("a hand-off stalled").unwrap();
         order.push(i);
         assert!(guard.unlock().await.unwrap(), "waiter {i} lost its hold");
     }

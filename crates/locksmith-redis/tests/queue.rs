@@ -6,7 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{cmd, raw, server_ms, until_waiters, unique};
+use common::{cmd, raw, server_ms, unique, until_waiters};
 use locksmith::LockOptions;
 use locksmith_testkit::RedisServer;
 
@@ -62,7 +62,10 @@ async fn a_cancelled_waiter_leaves_no_queue_entry() {
         if exists == 0 && channels.is_empty() {
             break;
         }
-        assert!(started.elapsed() < Duration::from_millis(500), "left behind: {exists} queue keys, channels {channels:?}");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "left behind: {exists} queue keys, channels {channels:?}"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     assert!(g.unlock().await.unwrap());

@@ -82,6 +82,26 @@ fn native_herd_wakes_one_waiter_per_release() {
     }
 }
 
+/// Redis plain mode wakes only the head of its waiter queue: 50 waiters (a session and
+/// connections each), one wake-up per release (the broadcast it replaced woke all 50).
+#[test]
+fn redis_herd_wakes_one_waiter_per_release() {
+    let redis = RedisServer::start();
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", &redis.url(), "--duration", "100ms", "--json"])
+        .args(["--workloads", "herd", "--waiters", "50", "--releases", "10"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let median = &doc["backends"][0]["median"];
+    let wakeups = median["herd_wakeups_per_release"].as_f64().unwrap_or_else(|| panic!("no wake-ups: {median}"));
+    assert!((0.9..=1.5).contains(&wakeups), "wake-ups per release {wakeups}: {median}");
+    assert!(median["herd_handoff_p50_us"].as_f64().is_some_and(|v| v > 0.0), "{median}");
+}
+
 /// `--plot out.svg` writes one SVG with a curve and bars for every backend, named in it.
 #[test]
 fn plot_writes_an_svg_naming_every_backend() {

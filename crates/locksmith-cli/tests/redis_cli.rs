@@ -11,7 +11,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
 fn redis() -> UrlTarget {
     let server = RedisServer::start();
-    UrlTarget::new(server.url(), locksmith::backend).fifo(false).reports_waiters(false).cli(BIN).keeping(server)
+    UrlTarget::new(server.url(), locksmith::backend).fifo(true).reports_waiters(true).cli(BIN).keeping(server)
 }
 
 locksmith_core::process_conformance_suite!(redis());

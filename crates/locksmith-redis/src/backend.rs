@@ -73,8 +73,9 @@ impl RedisBackend {
             Mode::Plain => "string",
             Mode::Reentrant => "hash",
         };
+        let waiters = self.shared.waiters(&key).await?;
         if ty == "none" {
-            return Ok(LockStatus::new(name.to_string(), None, 0, last_token));
+            return Ok(LockStatus::new(name.to_string(), None, waiters, last_token));
         }
         if ty != expected {
             return Err(Error::Backend(format!("redis: key {key:?} holds a {ty}, not a lock")));
@@ -100,7 +101,7 @@ impl RedisBackend {
             }
         };
         let holder = holder.map(|(session, owner)| HolderStatus::new(session, owner, last_token, ttl_left));
-        Ok(LockStatus::new(name.to_string(), holder, 0, last_token))
+        Ok(LockStatus::new(name.to_string(), holder, waiters, last_token))
     }
 }
 
@@ -134,8 +135,9 @@ impl Backend for RedisBackend {
         Ok(Box::new(RedisSession::new(self.shared.clone(), ttl)))
     }
 
-    /// One lock's holder, last token and TTL left. Waiters are not known (always 0). With
-    /// `name == None` this answers an empty list: Redis keeps no index of lock keys.
+    /// One lock's holder, last token, TTL left and waiters (plain: the live entries of its waiter
+    /// queue; reentrant: not known, always 0). With `name == None` this answers an empty list:
+    /// Redis keeps no index of lock keys.
     ///
     /// # Cancel safety
     /// Cancel safe: read only.

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use locksmith_core::LockName;
 
@@ -25,6 +25,8 @@ pub(crate) struct Entry {
     pub(crate) ident: String,
     /// The fencing token once granted; 0 while pending.
     token: AtomicU64,
+    /// Plain mode: the waiter id, once the acquisition may have joined the lock's waiter queue.
+    pub(crate) waiter: OnceLock<String>,
     /// Held by whoever acquires or cleans up this entry, so a cleanup still running for an
     /// abandoned attempt finishes before the same `(lock, owner)` is acquired again (in
     /// reentrant mode both would use the same hash field).
@@ -33,7 +35,8 @@ pub(crate) struct Entry {
 
 impl Entry {
     pub(crate) fn new(name: LockName, key: String, ident: String) -> Self {
-        Self { name, key, ident, token: AtomicU64::new(0), op: Arc::new(tokio::sync::Mutex::new(())) }
+        let (token, waiter, op) = (AtomicU64::new(0), OnceLock::new(), Arc::new(tokio::sync::Mutex::new(())));
+        Self { name, key, ident, token, waiter, op }
     }
 
     /// The token, 0 while pending.

@@ -1,5 +1,5 @@
-//! Where a lock lives in Redis: key, fencing counter, wake-up channel and the holder's identity,
-//! for each of the two interoperable layouts.
+//! Where a lock lives in Redis: key, fencing counter, waiter queue or release channel, and the
+//! holder's identity, for each of the two interoperable layouts.
 
 /// Which lock layout a backend uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,12 +32,19 @@ impl Layout {
         }
     }
 
-    /// The channel a release of `key` is published on. Reentrant mode uses Redisson's, so its
-    /// unlocks wake our waiters and ours wake its.
+    /// Reentrant mode: Redisson's release channel of `key`, so its unlocks wake our waiters and
+    /// ours wake its.
     pub(crate) fn channel(&self, key: &str) -> String {
-        match self.mode {
-            Mode::Plain => format!("locksmith:released:{{{key}}}"),
-            Mode::Reentrant => redisson_prefix_name("redisson_lock__channel", key),
+        redisson_prefix_name("redisson_lock__channel", key)
+    }
+
+    /// Plain mode: the waiter queue of `key` (all names in the key's cluster slot).
+    pub(crate) fn queue(&self, key: &str) -> Queue {
+        let waiters = redisson_prefix_name("locksmith:waiters", key);
+        Queue {
+            deadlines: format!("{waiters}:deadlines"),
+            waiters,
+            wake_prefix: format!("{}:", redisson_prefix_name("locksmith:wake", key)),
         }
     }
 
@@ -49,6 +56,25 @@ impl Layout {
             Mode::Plain => format!("{:032x}", rand::random::<u128>()),
             Mode::Reentrant => format!("{session_id}:{owner}"),
         }
+    }
+}
+
+/// The waiter queue of one plain lock: who waits in which order, and until when each entry is
+/// live.
+#[derive(Debug, Clone)]
+pub(crate) struct Queue {
+    /// zset: waiter id → enqueue time (server µs), the order in which waiters are served.
+    pub(crate) waiters: String,
+    /// zset: waiter id → deadline (server ms) after which the entry is stale and dropped.
+    pub(crate) deadlines: String,
+    /// A waiter's wake-up channel is this prefix + its id.
+    pub(crate) wake_prefix: String,
+}
+
+impl Queue {
+    /// The channel a release publishes on to wake waiter `id`.
+    pub(crate) fn wake_channel(&self, id: &str) -> String {
+        format!("{}{id}", self.wake_prefix)
     }
 }
 
@@ -81,6 +107,12 @@ mod tests {
         assert_eq!(plain.key("job"), "p:job");
         assert_eq!(plain.fence_key("p:job"), "p:job:fence");
         assert_eq!(plain.ident("s", "o").len(), 32);
+        let q = plain.queue("p:job");
+        assert_eq!(q.waiters, "locksmith:waiters:{p:job}");
+        assert_eq!(q.deadlines, "locksmith:waiters:{p:job}:deadlines");
+        assert_eq!(q.wake_channel("w1"), "locksmith:wake:{p:job}:w1");
+        // A name with its own hash tag keeps it, so every name stays in the key's slot.
+        assert_eq!(plain.queue("{a}b").waiters, "locksmith:waiters:{a}b");
         let re = Layout { mode: Mode::Reentrant, prefix: String::new() };
         assert_eq!(re.channel("job"), "redisson_lock__channel:{job}");
         assert_eq!(re.fence_key("job"), "redisson_lock_token:{job}");

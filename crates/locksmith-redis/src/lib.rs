@@ -9,8 +9,8 @@
 //!   random 32-hex token per hold, set with `SET key token NX PX ttl` in one Lua script that also
 //!   `INCR`s the fencing counter `<key>:fence` (never expires, never deleted) and returns it as
 //!   the token. Release and renewal are owner-checked Lua (`GET == token` then `DEL` /
-//!   `PEXPIRE`); a release also publishes `0` on `locksmith:released:{<key>}` so our waiters wake.
-//!   redis-py releases publish nothing: our waiters then notice on their fallback timer.
+//!   `PEXPIRE`); a release also wakes the next queued waiter (see *Waiting*). redis-py releases
+//!   publish nothing: our waiters then notice on their fallback timer.
 //!   Note: a lock named `<other>:fence` would collide with the counter of lock `<other>`.
 //! - **reentrant** (`?mode=reentrant`), interoperable with Redisson's `RLock`/`RFencedLock`: a
 //!   hash at key = prefix + name whose field `<session-uuid>:<owner>` holds a hold count, with
@@ -23,12 +23,45 @@
 //! with [`Error::Backend`](locksmith_core::Error::Backend) naming the key and its type.
 //!
 //! ## Waiting
-//! A waiting acquisition subscribes to the lock's channel before its first try, then retries
-//! when a release message arrives or when a fallback timer fires: the key's remaining TTL capped
-//! by a jittered exponential backoff (5 ms doubling to 200 ms, ±20 %). All waiters of a backend
-//! share one pub/sub connection; each message wakes one local waiter (not FIFO across clients).
-//! Dropping the acquisition future unsubscribes, and an attempt whose reply was never seen is
-//! released (owner-checked) in the background.
+//! **Plain mode: a FIFO waiter queue, one wake-up per release.** An acquisition whose first
+//! attempt finds the lock busy (an uncontended acquisition is one script call and touches no
+//! pub/sub) subscribes to its own channel `locksmith:wake:{<key>}:<waiter-id>`, and only then
+//! joins the queue, so no wake-up can be missed:
+//! - `locksmith:waiters:{<key>}` (zset) orders waiter ids by enqueue time (server clock, µs,
+//!   strictly increasing); `locksmith:waiters:{<key>}:deadlines` (zset) holds each entry's
+//!   deadline (server clock, ms). A waiter pushes its deadline 2.4 s out on every attempt and
+//!   at least every second (±20 %), so a crashed or paused waiter is dropped at most 2.4 s after
+//!   its last refresh. Every script reading the queue drops entries past their deadline first;
+//!   both zsets expire 2.4 s after the last refresh. (A name with its own hash tag keeps it:
+//!   `locksmith:waiters:{a}b` for `{a}b`, so all names of a lock share its cluster slot.)
+//! - **Who may take a free key**: the live head of the queue, or, when no live waiter is queued,
+//!   anyone (`try_lock`, the first attempt of `lock`, redis-py). So a `try_lock` or a new `lock`
+//!   does not jump a queue of our waiters: hand-off is FIFO among locksmith clients and nobody
+//!   queued starves behind newcomers. redis-py clients do not queue and may still take the key
+//!   whenever it is free (they are not aware of the queue); our waiters notice their release on
+//!   the fallback timer.
+//! - A release (owner-checked `DEL`) publishes `0` only on the live head's channel: one wake-up
+//!   per release, not one per waiter. The woken head's next attempt takes the lock and leaves
+//!   the queue in the same script.
+//! - Fallback timers, so that redis-py releases (which publish nothing), expiries, lost messages
+//!   and crashed heads never strand a waiter: the head retries after the key's remaining TTL
+//!   capped by a jittered exponential backoff (5 ms doubling to 200 ms, ±20 %); a waiter further
+//!   back refreshes its entry (which also retries) about every second. A waiter learns that it is
+//!   the head from each attempt's reply; one that moved up meanwhile is woken by the next
+//!   release, or notices a silent one within about a second. A crashed head delays a hand-off by
+//!   at most 2.4 s plus that second.
+//! - Dropping the acquisition future unsubscribes and removes the queue entry in the background
+//!   (best effort; if that fails the entry goes stale). If the leaver was the live head of a free
+//!   lock (woken, but gone before it acted), the next waiter is woken in its place. An attempt
+//!   whose reply was never seen is released (owner-checked) first.
+//! - Each backend has one pub/sub connection, shared by all its waiters (each on its own
+//!   channel). When it drops, every local waiter is woken and re-subscribes.
+//! - The wake-up counter (`locksmith_core::metrics::wakeup`) counts each retry after a message or
+//!   a fallback timer of the head; the periodic refresh of a waiter further back is not counted.
+//!
+//! **Reentrant mode** subscribes to Redisson's channel before its first try (Redisson's unlocks
+//! publish there, ours too), and retries when a message arrives or on the same fallback timer.
+//! Each message wakes one local waiter of the backend (not FIFO across clients).
 //!
 //! ## Sessions and renewal
 //! Redis has no sessions: a session is an id plus the holds it renews. Every keep-alive renews
@@ -36,7 +69,8 @@
 //! so the engine fires `lost()` for exactly those guards. Lock-delay is not supported.
 //! `status(None)` answers an empty list (Redis keeps no index of locks); `status(Some(name))`
 //! reports the holder (plain: the token value, session unknown; reentrant: uuid and owner from
-//! the field), the fencing counter, and the TTL left; waiters are reported as 0 (unknown).
+//! the field), the fencing counter, the TTL left, and the waiters (plain: the live queue entries;
+//! reentrant: 0, unknown).
 //!
 //! ## Fault model (DESIGN.md §2.1)
 //! - A single instance **without `appendfsync always` loses locks on a crash**: after a restart

@@ -1,7 +1,8 @@
 //! Cancel safety of an acquisition: a guard that owns the session entry while the acquire runs.
 //! If the acquire future is dropped after a script was sent whose reply was never seen, the
 //! grant may have happened; the guard then releases it (owner-checked, so it can only ever free
-//! this attempt's own hold) in a background task.
+//! this attempt's own hold) in a background task. A plain-mode waiter also leaves the waiter
+//! queue there (best effort: an entry left behind goes stale by itself).
 
 use std::sync::Arc;
 
@@ -38,7 +39,8 @@ impl Drop for Pending {
         if !self.armed {
             return;
         }
-        if !self.in_flight {
+        let queued = self.entry.waiter.get().is_some();
+        if !self.in_flight && !queued {
             // Nothing of ours can be in Redis: forget the entry now.
             self.holds.remove_if(&self.key, &self.entry);
             return;
@@ -50,10 +52,17 @@ impl Drop for Pending {
         };
         let (shared, holds, key, entry) =
             (self.shared.clone(), self.holds.clone(), self.key.clone(), self.entry.clone());
-        let (op, ttl_ms) = (self.op.take(), self.ttl_ms);
+        let (op, ttl_ms, in_flight) = (self.op.take(), self.ttl_ms, self.in_flight);
         rt.spawn(async move {
-            if let Err(e) = shared.release(&entry, ttl_ms).await {
-                tracing::debug!(key = %entry.key, error = %e, "cleanup of an abandoned acquisition failed; the TTL frees it");
+            if in_flight {
+                if let Err(e) = shared.release(&entry, ttl_ms).await {
+                    tracing::debug!(key = %entry.key, error = %e, "cleanup of an abandoned acquisition failed; the TTL frees it");
+                }
+            }
+            if let Some(waiter) = entry.waiter.get() {
+                if let Err(e) = shared.leave(&entry.key, waiter).await {
+                    tracing::debug!(key = %entry.key, error = %e, "leaving the waiter queue failed; the entry goes stale");
+                }
             }
             holds.remove_if(&key, &entry);
             drop(op);

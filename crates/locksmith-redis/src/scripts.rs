@@ -1,11 +1,23 @@
 //! The Lua scripts: every compare-then-act runs atomically on the server (DESIGN.md §2.3).
 //!
-//! Common calling convention, so the session code is the same for both layouts:
-//! - acquire: `KEYS = [key, fence]`, `ARGV = [ident, ttl_ms]` → `{1, token}` granted,
-//!   `{0, pttl}` busy, `{-1, type}` the key holds a foreign type, `{-2, err}` the fence key is
-//!   unusable (nothing was changed in either error case);
-//! - release: `KEYS = [key]`, `ARGV = [ident, ttl_ms, channel]` → `>= 0` if it was ours;
-//! - renew: `KEYS = [key…]`, `ARGV = [ttl_ms, ident…]` → one `1` (renewed) or `0` (not ours) per key.
+//! Calling conventions (the session code branches on the mode only to build the key lists):
+//! - acquire, plain: `KEYS = [key, fence, waiters, deadlines]`, `ARGV = [ident, ttl_ms, waiter,
+//!   lifetime_ms]` (`waiter` empty: not queued); reentrant: `KEYS = [key, fence]`,
+//!   `ARGV = [ident, ttl_ms]`. Replies: `{1, token}` granted, `{0, pttl, rank}` busy (`rank` is
+//!   the waiter's place in the queue, `-1` when not queued; reentrant replies `{0, pttl}`),
+//!   `{-1, type}` the key holds a foreign type, `{-2, err}` the fence key is unusable (nothing
+//!   was changed in either error case, except that a queued waiter left the queue);
+//! - release, plain: `KEYS = [key, waiters, deadlines]`, `ARGV = [ident, ttl_ms, wake_prefix]`;
+//!   reentrant: `KEYS = [key]`, `ARGV = [ident, ttl_ms, channel]` → `>= 0` if it was ours;
+//! - renew: `KEYS = [key…]`, `ARGV = [ttl_ms, ident…]` → one `1` (renewed) or `0` (not ours) per key;
+//! - leave (plain): `KEYS = [key, waiters, deadlines]`, `ARGV = [waiter, wake_prefix]`;
+//! - waiters (plain): `KEYS = [waiters, deadlines]` → the number of live entries.
+//!
+//! The plain waiter queue: `waiters` orders waiter ids by enqueue time (server µs, kept strictly
+//! increasing), `deadlines` gives each entry's expiry (server ms). Every script that reads the
+//! queue first drops the entries past their deadline, so a crashed waiter holds its place at most
+//! until then. Both zsets expire `lifetime_ms` after the last refresh, so an abandoned queue
+//! disappears with its last live entry.
 
 use std::sync::LazyLock;
 
@@ -13,36 +25,120 @@ use redis::{Script, Value};
 
 use crate::layout::Mode;
 
+/// Helpers of the plain waiter queue, prepended to the scripts that use it.
+const QUEUE_LIB: &str = r"
+if redis.replicate_commands then redis.replicate_commands() end
+local function num(x) return string.format('%.0f', x) end
+local function now_us()
+  local t = redis.call('time')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+-- Drops the entries past their deadline; answers the live head's id (nil: no live waiter).
+local function live_head(q, d, now_ms)
+  local stale = redis.call('zrangebyscore', d, '-inf', '(' .. num(now_ms))
+  for _, id in ipairs(stale) do
+    redis.call('zrem', q, id)
+    redis.call('zrem', d, id)
+  end
+  return redis.call('zrange', q, 0, 0)[1]
+end
+local function leave(q, d, id)
+  redis.call('zrem', q, id)
+  redis.call('zrem', d, id)
+end
+";
+
 /// redis-py's `SET NX PX`, plus an `INCR` of the fencing counter in the same script. The
 /// counter is bumped before the `SET` so that a failing `INCR` leaves no hold behind.
+///
+/// A free key goes to the live head of the queue, or to anyone when no live waiter is queued;
+/// a queued caller that is not granted joins the queue (keeping its place if it has one) and
+/// pushes its deadline out.
 static PLAIN_ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{QUEUE_LIB}{}",
         r"
 local t = redis.call('type', KEYS[1]).ok
-if t == 'none' then
+if t ~= 'none' and t ~= 'string' then return {-1, t} end
+local me = ARGV[3]
+local head, now = nil, nil
+if me ~= '' or redis.call('exists', KEYS[3]) == 1 then
+  now = now_us()
+  head = live_head(KEYS[3], KEYS[4], math.floor(now / 1000))
+end
+if t == 'none' and (head == nil or head == me) then
   local tok = redis.pcall('incr', KEYS[2])
+  if me ~= '' then leave(KEYS[3], KEYS[4], me) end
   if type(tok) == 'table' then return {-2, tok.err} end
   redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   return {1, tok}
 end
-if t ~= 'string' then return {-1, t} end
-return {0, redis.call('pttl', KEYS[1])}
-",
-    )
+local rank = -1
+if me ~= '' then
+  if not redis.call('zscore', KEYS[3], me) then
+    local score = now
+    local tail = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')[2]
+    if tail and tonumber(tail) >= score then score = tonumber(tail) + 1 end
+    redis.call('zadd', KEYS[3], num(score), me)
+  end
+  redis.call('zadd', KEYS[4], num(math.floor(now / 1000) + tonumber(ARGV[4])), me)
+  redis.call('pexpire', KEYS[3], ARGV[4])
+  redis.call('pexpire', KEYS[4], ARGV[4])
+  rank = redis.call('zrank', KEYS[3], me)
+end
+local pttl = -2
+if t == 'string' then pttl = redis.call('pttl', KEYS[1]) end
+return {0, pttl, rank}
+"
+    ))
 });
 
-/// redis-py's release (GET == token then DEL), plus a wake-up for our waiters.
+/// redis-py's release (GET == token then DEL), plus one wake-up: a message to the live head of
+/// the queue only.
 static PLAIN_RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
+    Script::new(&format!(
+        "{QUEUE_LIB}{}",
         r"
 if redis.call('type', KEYS[1]).ok == 'string' and redis.call('get', KEYS[1]) == ARGV[1] then
   redis.call('del', KEYS[1])
-  redis.call('publish', ARGV[3], '0')
+  if redis.call('exists', KEYS[2]) == 1 then
+    local head = live_head(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+    if head then redis.call('publish', ARGV[3] .. head, '0') end
+  end
   return 1
 end
 return -1
-",
-    )
+"
+    ))
+});
+
+/// A waiter gives up: it leaves the queue, and if it was the live head of a free lock (it may
+/// have been woken and not acted on it), the next live waiter is woken in its place.
+static PLAIN_LEAVE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{QUEUE_LIB}{}",
+        r"
+if redis.call('exists', KEYS[2]) == 0 then return 0 end
+local head = live_head(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
+leave(KEYS[2], KEYS[3], ARGV[1])
+if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
+  local next = redis.call('zrange', KEYS[2], 0, 0)[1]
+  if next then redis.call('publish', ARGV[2] .. next, '0') end
+end
+return 1
+"
+    ))
+});
+
+/// The number of live entries in a plain lock's queue.
+static PLAIN_WAITERS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(&format!(
+        "{QUEUE_LIB}{}",
+        r"
+if redis.call('exists', KEYS[1]) == 0 then return 0 end
+return redis.call('zcount', KEYS[2], num(math.floor(now_us() / 1000)), '+inf')
+"
+    ))
 });
 
 /// redis-py's `extend(replace_ttl=True)` for many keys at once.
@@ -133,6 +229,16 @@ pub(crate) fn release(mode: Mode) -> &'static Script {
     }
 }
 
+/// Plain mode: a waiter leaves the queue.
+pub(crate) fn leave() -> &'static Script {
+    &PLAIN_LEAVE
+}
+
+/// Plain mode: the number of live waiters.
+pub(crate) fn waiters() -> &'static Script {
+    &PLAIN_WAITERS
+}
+
 /// The renewal script of `mode`.
 pub(crate) fn renew(mode: Mode) -> &'static Script {
     match mode {
@@ -141,13 +247,23 @@ pub(crate) fn renew(mode: Mode) -> &'static Script {
     }
 }
 
+/// Why an attempt was not granted, and what the waiter should expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Busy {
+    /// The key expires in this many ms (negative: no expiry known, or the key is free and a
+    /// queued waiter goes first).
+    pub(crate) pttl: i64,
+    /// The caller's place in the waiter queue (0: next to be woken); negative: not queued.
+    pub(crate) rank: i64,
+}
+
 /// What an acquire script answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {
     /// Ours, with this fencing token.
     Granted(u64),
-    /// Held by someone else; the key expires in this many ms (negative: no expiry known).
-    Busy(i64),
+    /// Not granted.
+    Busy(Busy),
     /// The key holds a value of this other type.
     WrongType(String),
     /// The fencing counter cannot be incremented (its value is not an integer).
@@ -158,10 +274,16 @@ impl Attempt {
     /// Reads the script's `{code, value}` reply; `None` for anything else.
     pub(crate) fn parse(v: &Value) -> Option<Self> {
         let Value::Array(items) = v else { return None };
+        if let [code, pttl, rank] = items.as_slice() {
+            return match as_int(code)? {
+                0 => Some(Self::Busy(Busy { pttl: as_int(pttl)?, rank: as_int(rank)? })),
+                _ => None,
+            };
+        }
         let [code, value] = items.as_slice() else { return None };
         match (as_int(code)?, value) {
             (1, v) => Some(Self::Granted(u64::try_from(as_int(v)?).ok()?)),
-            (0, v) => Some(Self::Busy(as_int(v)?)),
+            (0, v) => Some(Self::Busy(Busy { pttl: as_int(v)?, rank: -1 })),
             (-1, v) => Some(Self::WrongType(as_text(v)?)),
             (-2, v) => Some(Self::BadFence(as_text(v)?)),
             _ => None,
@@ -196,7 +318,12 @@ mod tests {
     fn parses_replies() {
         let arr = |a: Value, b: Value| Value::Array(vec![a, b]);
         assert_eq!(Attempt::parse(&arr(Value::Int(1), Value::Int(7))), Some(Attempt::Granted(7)));
-        assert_eq!(Attempt::parse(&arr(Value::Int(0), Value::Int(-1))), Some(Attempt::Busy(-1)));
+        assert_eq!(
+            Attempt::parse(&arr(Value::Int(0), Value::Int(-1))),
+            Some(Attempt::Busy(Busy { pttl: -1, rank: -1 }))
+        );
+        let queued = Value::Array(vec![Value::Int(0), Value::Int(900), Value::Int(3)]);
+        assert_eq!(Attempt::parse(&queued), Some(Attempt::Busy(Busy { pttl: 900, rank: 3 })));
         assert_eq!(
             Attempt::parse(&arr(Value::Int(-1), Value::BulkString(b"list".to_vec()))),
             Some(Attempt::WrongType("list".into()))

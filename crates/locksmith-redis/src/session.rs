@@ -10,13 +10,17 @@ use async_trait::async_trait;
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 
 use crate::holds::{Entry, HoldKey, Holds};
-use crate::layout::random_uuid;
+use crate::layout::{random_uuid, Mode};
 use crate::pending::Pending;
 use crate::scripts::Attempt;
 use crate::shared::Shared;
 
 /// Consecutive connection failures a waiting acquisition tolerates before giving up.
 const MAX_WAIT_FAILURES: u32 = 3;
+
+/// How often a queued plain waiter that is not next in line refreshes its queue entry (which
+/// also checks the lock): well inside `QUEUE_LIFETIME` even with ±20 % jitter.
+const QUEUE_REFRESH: Duration = Duration::from_secs(1);
 
 /// One session on a Redis backend.
 pub(crate) struct RedisSession {
@@ -105,11 +109,15 @@ impl Session for RedisSession {
         Ok(out)
     }
 
-    /// Acquires, waiting on the lock's pub/sub channel with a jittered fallback timer.
+    /// Acquires; a busy lock is waited for. Plain mode: after the first busy attempt the waiter
+    /// subscribes to its own wake-up channel, then joins the lock's waiter queue; a release wakes
+    /// only the live head of the queue. The head also retries on a fallback timer (the key's TTL
+    /// capped by a jittered backoff), the others refresh their entry about every second.
+    /// Reentrant mode: waits on Redisson's channel with the same fallback timer.
     ///
     /// # Cancel safety
-    /// Cancel safe: the waiter's subscription is dropped, and an attempt whose reply was never
-    /// seen is released in the background (owner-checked).
+    /// Cancel safe: the waiter's subscription is dropped; its queue entry is removed, and an
+    /// attempt whose reply was never seen is released (owner-checked), in the background.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::SessionExpired);
@@ -119,7 +127,9 @@ impl Session for RedisSession {
         }
         let mut pending = self.begin((req.name.clone(), req.owner.clone())).await?;
         let key = pending.entry.key.clone();
-        let waiting = match req.wait {
+        let plain = self.shared.layout.mode == Mode::Plain;
+        // Reentrant: Redisson's channel, shared by every waiter, is subscribed before the first try.
+        let mut waiting = match req.wait && !plain {
             true => Some(self.shared.router.register(&self.shared.layout.channel(&key)).await),
             false => None,
         };
@@ -127,7 +137,11 @@ impl Session for RedisSession {
         let mut failures = 0;
         loop {
             pending.in_flight = true;
-            let attempt = match self.shared.try_acquire(&pending.entry, self.ttl_ms).await {
+            let attempt = match self
+                .shared
+                .try_acquire(&pending.entry, self.ttl_ms, pending.entry.waiter.get().map(String::as_str))
+                .await
+            {
                 Ok(a) => a,
                 // A waiter rides out a short blip (a dropped connection is re-opened on the next
                 // call); a no-wait attempt or a lasting outage reports it.
@@ -145,7 +159,7 @@ impl Session for RedisSession {
             };
             failures = 0;
             pending.in_flight = !matches!(attempt, Attempt::Busy(_) | Attempt::WrongType(_) | Attempt::BadFence(_));
-            let pttl = match attempt {
+            let busy = match attempt {
                 Attempt::Granted(token) => {
                     pending.granted(token);
                     return Ok(Acquired::Granted { token });
@@ -155,15 +169,37 @@ impl Session for RedisSession {
                     let fence = self.shared.layout.fence_key(&key);
                     return Err(Error::Backend(format!("redis: fencing counter {fence:?} is unusable: {e}")));
                 }
-                Attempt::Busy(pttl) => pttl,
+                Attempt::Busy(busy) => busy,
             };
-            let Some(reg) = waiting.as_ref() else { return Ok(Acquired::Busy) };
-            tokio::select! {
-                _ = reg.notified() => backoff.reset(),
-                _ = tokio::time::sleep(backoff.delay(pttl)) => {}
+            if !req.wait {
+                return Ok(Acquired::Busy);
             }
-            // Woken (by a release message or the fallback timer): the next try is a wake-up.
-            locksmith_core::metrics::wakeup("redis");
+            let Some(reg) = waiting.as_ref() else {
+                // Plain, first busy attempt: subscribe first, so that no wake-up is missed, then
+                // join the queue with the next attempt (not a wake-up: nothing woke us).
+                let id = format!("{:016x}", rand::random::<u64>());
+                let channel = self.shared.layout.queue(&key).wake_channel(&id);
+                waiting = Some(self.shared.router.register(&channel).await);
+                let _ = pending.entry.waiter.set(id);
+                continue;
+            };
+            // The head of the queue (and every reentrant waiter) retries on the fallback timer; a
+            // waiter further back only refreshes its entry then, which is not a wake-up.
+            let next_in_line = busy.rank <= 0;
+            let timer = match next_in_line {
+                true => backoff.delay(busy.pttl),
+                false => QUEUE_REFRESH.mul_f64(rand::random_range(0.8..1.2)),
+            };
+            let woken = tokio::select! {
+                _ = reg.notified() => {
+                    backoff.reset();
+                    true
+                }
+                _ = tokio::time::sleep(timer) => next_in_line,
+            };
+            if woken {
+                locksmith_core::metrics::wakeup("redis");
+            }
             reg.refresh().await;
         }
     }
@@ -181,14 +217,22 @@ impl Session for RedisSession {
         self.shared.release(&entry, self.ttl_ms).await
     }
 
-    /// Releases every hold of the session.
+    /// Releases every hold of the session, and takes acquisitions still pending out of their
+    /// waiter queues (their own cleanup may not get to run before the process ends).
     ///
     /// # Cancel safety
-    /// Cancel safe; holds not released expire after the TTL.
+    /// Cancel safe; holds not released expire after the TTL, queue entries go stale.
     async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::SeqCst);
         let entries = self.holds.drain();
-        let results = futures_util::future::join_all(entries.iter().map(|e| self.shared.release(e, self.ttl_ms))).await;
+        let results = futures_util::future::join_all(entries.iter().map(|e| async move {
+            self.shared.release(e, self.ttl_ms).await?;
+            match (e.token(), e.waiter.get()) {
+                (0, Some(waiter)) => self.shared.leave(&e.key, waiter).await,
+                _ => Ok(()),
+            }
+        }))
+        .await;
         results.into_iter().find_map(std::result::Result::err).map_or(Ok(()), Err)
     }
 }

@@ -1,11 +1,12 @@
-//! The shared contract suite against a real redis-server, plain mode (redis-py layout).
+//! The shared contract suite against a real redis-server, plain mode (redis-py layout): its
+//! waiter queue is FIFO and `status` reports the live waiters.
 
 use locksmith_core::conformance::UrlTarget;
 use locksmith_testkit::RedisServer;
 
 fn redis() -> UrlTarget {
     let server = RedisServer::start();
-    UrlTarget::new(server.url(), locksmith::backend).fifo(false).reports_waiters(false).keeping(server)
+    UrlTarget::new(server.url(), locksmith::backend).fifo(true).reports_waiters(true).keeping(server)
 }
 
 locksmith_core::conformance_suite!(redis());

@@ -22,3 +22,62 @@ pub async fn cmd<T: redis::FromRedisValue>(c: &mut MultiplexedConnection, args: 
 pub fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
 }
+
+/// Installs (once per test binary) a `metrics` recorder that counts the drivers' waiter
+/// wake-ups, and reads the count so far.
+pub fn wakeups() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, OnceLock};
+
+    use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
+
+    struct Wakeups(Arc<AtomicU64>);
+
+    impl Recorder for Wakeups {
+        fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+        fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+            match key.name() == locksmith_core::metrics::WAKEUPS {
+                true => Counter::from_arc(self.0.clone()),
+                false => Counter::noop(),
+            }
+        }
+        fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+            Gauge::noop()
+        }
+        fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+            Histogram::noop()
+        }
+    }
+
+    static COUNT: OnceLock<Arc<AtomicU64>> = OnceLock::new();
+    let count = COUNT.get_or_init(|| {
+        let count = Arc::new(AtomicU64::new(0));
+        metrics::set_global_recorder(Wakeups(count.clone())).expect("another metrics recorder is installed");
+        count
+    });
+    count.load(Ordering::Relaxed)
+}
+
+/// The number of live waiters `status` reports for `name`.
+pub async fn waiters(client: &locksmith::Client, name: &str) -> u64 {
+    client.status(Some(name)).await.unwrap().first().map(|s| s.waiters).unwrap_or(0)
+}
+
+/// Waits (up to 5 s) until `status` reports `n` waiters on `name`.
+pub async fn until_waiters(client: &locksmith::Client, name: &str, n: u64) {
+    for _ in 0..2500 {
+        if waiters(client, name).await == n {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    panic!("{name}: status never showed {n} waiters (now {})", waiters(client, name).await);
+}
+
+/// The server's clock in ms, as the queue scripts read it.
+pub async fn server_ms(c: &mut MultiplexedConnection) -> u64 {
+    let (s, us): (u64, u64) = cmd(c, &["TIME"]).await;
+    s * 1000 + us / 1000
+}

@@ -30,8 +30,6 @@ pub(crate) const LAST_FENCE_MYSQL: &str = "SELECT CAST(LAST_INSERT_ID() AS SIGNE
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest time one operation (a statement or the acquire transaction) may take.
 const OP_TIMEOUT: Duration = Duration::from_secs(8);
-/// Connections per backend.
-const MAX_CONNECTIONS: u32 = 5;
 /// Times an acquire transaction is retried at once after a deadlock or serialization failure.
 const MAX_TXN_RETRIES: u32 = 8;
 
@@ -226,23 +224,26 @@ impl Db {
 
     fn raw_pool(&self) -> &Pool {
         self.pool.get_or_init(|| match &self.config.options {
+            // The NOTIFY listener holds one pooled connection for good (sqlx's `PgListener`
+            // takes it from the pool): it comes on top of `pool_size`, or a pool of one would
+            // have none left for statements.
             Options::Postgres(o) => Pool::Postgres(
                 PgPoolOptions::new()
-                    .max_connections(MAX_CONNECTIONS)
+                    .max_connections(self.config.pool_size + 1)
                     .acquire_timeout(CONNECT_TIMEOUT)
                     .idle_timeout(Duration::from_secs(60))
                     .connect_lazy_with(o.clone().options([("statement_timeout", "5s")])),
             ),
             Options::MySql(o) => Pool::MySql(
                 MySqlPoolOptions::new()
-                    .max_connections(MAX_CONNECTIONS)
+                    .max_connections(self.config.pool_size)
                     .acquire_timeout(CONNECT_TIMEOUT)
                     .idle_timeout(Duration::from_secs(60))
                     .connect_lazy_with(o.clone()),
             ),
             Options::Sqlite(o) => Pool::Sqlite(
                 SqlitePoolOptions::new()
-                    .max_connections(MAX_CONNECTIONS)
+                    .max_connections(self.config.pool_size)
                     .acquire_timeout(crate::url::SQLITE_BUSY_TIMEOUT + CONNECT_TIMEOUT)
                     .idle_timeout(Duration::from_secs(60))
                     .connect_lazy_with(o.clone()),

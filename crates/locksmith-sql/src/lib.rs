@@ -2,9 +2,10 @@
 //!
 //! URLs: `postgres://user[:pass]@host:port/db` (or `postgresql://…`),
 //! `mysql://user[:pass]@host:port/db`, `sqlite://path/to/file.db` (created if missing), with
-//! `?mode=lease|advisory|get_lock|row_lock` and `?schema=auto|external` (below; other query
-//! options go to the database driver). Building a [`SqlBackend`] does no I/O; a pool of up to 5
-//! connections opens on first use (3 s connect timeout, then
+//! `?mode=lease|advisory|get_lock|row_lock`, `?schema=auto|external` (below) and
+//! `?pool_size=N` (1–100, default 5); other query options go to the database driver. Building a
+//! [`SqlBackend`] does no I/O; a pool of up to `pool_size` connections (PostgreSQL: one more,
+//! held by the `LISTEN` wake-up listener) opens on first use (3 s connect timeout, then
 //! [`Error::Unavailable`](locksmith_core::Error::Unavailable)), and every operation is bounded
 //! (8 s; PostgreSQL pool connections also set `statement_timeout = 5s`). The connection-scoped
 //! modes use one more connection per hold (and per waiter); a connection that ended cleanly

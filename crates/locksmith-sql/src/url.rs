@@ -11,6 +11,12 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode};
 /// Longest time SQLite waits for another process's write lock before a statement fails.
 pub(crate) const SQLITE_BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Pooled connections per backend unless `?pool_size=N` says otherwise.
+pub(crate) const DEFAULT_POOL_SIZE: u32 = 5;
+/// The largest `?pool_size`: beyond it one process would crowd out the database's other clients
+/// (PostgreSQL's default `max_connections` is 100).
+pub(crate) const MAX_POOL_SIZE: u32 = 100;
+
 /// The database family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Dialect {
@@ -75,6 +81,10 @@ pub(crate) struct Config {
     /// `?schema=external`: the tables are managed elsewhere (`locksmith sql init`, a migration
     /// tool); the driver never runs DDL and reports missing tables.
     pub(crate) schema_external: bool,
+    /// `?pool_size=N`: pooled connections for statements (the lease mode, the fencing counter,
+    /// status); PostgreSQL's NOTIFY listener and the connection-scoped modes' dedicated
+    /// connections come on top.
+    pub(crate) pool_size: u32,
     /// The URL without credentials.
     pub(crate) describe: String,
 }
@@ -91,6 +101,7 @@ impl Config {
         let mut driver_query = Vec::new();
         let mut mode = Mode::Lease;
         let mut schema_external = false;
+        let mut pool_size = DEFAULT_POOL_SIZE;
         for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
@@ -122,6 +133,11 @@ impl Config {
                         "external" => true,
                         _ => return Err(bad(format!("unknown schema {v:?}: auto (default) or external"))),
                     }
+                }
+                "pool_size" => {
+                    pool_size = v.parse().ok().filter(|n| (1..=MAX_POOL_SIZE).contains(n)).ok_or_else(|| {
+                        bad(format!("pool_size must be a whole number from 1 to {MAX_POOL_SIZE}, not {v:?}"))
+                    })?;
                 }
                 _ => driver_query.push(pair),
             }
@@ -157,7 +173,7 @@ impl Config {
             }
             other => return Err(bad(format!("not a SQL scheme: {other:?}"))),
         };
-        Ok(Self { options, mode, schema_external, describe })
+        Ok(Self { options, mode, schema_external, pool_size, describe })
     }
 
     pub(crate) fn dialect(&self) -> Dialect {
@@ -232,6 +248,18 @@ mod tests {
             "mysql://h:notaport/db",
         ] {
             assert!(matches!(Config::parse(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+    }
+
+    #[test]
+    fn pool_size_is_taken_from_the_query_and_bounded() {
+        let size = |url: &str| Config::parse(url).map(|c| c.pool_size).map_err(|e| e.to_string());
+        assert_eq!(size("postgres://me@127.0.0.1/db"), Ok(DEFAULT_POOL_SIZE));
+        assert_eq!(size("postgres://me@127.0.0.1/db?pool_size=20&mode=advisory"), Ok(20));
+        assert_eq!(size("sqlite:///tmp/x.db?pool_size=1"), Ok(1));
+        for bad in ["0", "101", "-1", "five", ""] {
+            let err = size(&format!("mysql://me@127.0.0.1/db?pool_size={bad}")).err().unwrap_or_default();
+            assert!(err.contains("pool_size must be a whole number from 1 to 100"), "{bad:?}: {err}");
         }
     }
 }

@@ -48,8 +48,9 @@
 //! ## Status
 //! `status(Some(name))` reports the holder (oldest key: its lease in hex as session, the key as
 //! owner, its create revision as token, the lease's remaining TTL), `waiters = keys − 1` and the
-//! newest create revision as `last_token`. `status(None)` answers an empty list (etcd has no
-//! index of lock names; any key prefix could be one).
+//! newest create revision as `last_token`. `status(None)` lists every lock with a holder or a
+//! waiter now: keys of the shape `<name>/<hex>` whose hex is their own lease, found by one
+//! keys-only read of the whole keyspace (at most 100,000 keys; free locks leave no key).
 //!
 //! ## Fault model
 //! etcd is CP (Raft): a partitioned minority cannot grant or renew, so mutual exclusion holds
@@ -59,10 +60,11 @@
 
 mod session;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, SortOrder, SortTarget};
+use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
 use tokio::sync::OnceCell;
 
@@ -224,18 +226,48 @@ impl locksmith_core::Backend for EtcdBackend {
         Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id())))
     }
 
-    /// The holder and waiters of one lock; `None` answers an empty list.
+    /// The holder and waiters of one lock; with `None`, of every lock that has a holder or a
+    /// waiter now (keys `<name>/<hex>` whose hex is the key's own lease), found by one keys-only
+    /// read of the whole keyspace (meant for operators; at most 100,000 keys are read).
     ///
     /// # Cancel safety
     /// Cancel safe: read only.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
-        let Some(name) = name else { return Ok(Vec::new()) };
         let mut c = self.shared.client().await?;
+        let Some(name) = name else {
+            let opts = GetOptions::new()
+                .with_all_keys()
+                .with_keys_only()
+                .with_sort(SortTarget::Create, SortOrder::Ascend)
+                .with_limit(MAX_LISTED_KEYS);
+            let resp = self.shared.call(c.get("", Some(opts))).await?;
+            let mut locks: BTreeMap<String, Vec<&KeyValue>> = BTreeMap::new();
+            for kv in resp.kvs() {
+                if let Some(name) = lock_of_key(kv) {
+                    locks.entry(name).or_default().push(kv);
+                }
+            }
+            let mut out = Vec::with_capacity(locks.len());
+            for (name, kvs) in locks {
+                out.push(self.lock_status(&mut c, name, &kvs).await);
+            }
+            return Ok(out);
+        };
         let opts = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
         let resp = self.shared.call(c.get(prefix(name), Some(opts))).await?;
-        let kvs = resp.kvs();
+        let kvs: Vec<&KeyValue> = resp.kvs().iter().collect();
+        Ok(vec![self.lock_status(&mut c, name.to_string(), &kvs).await])
+    }
+}
+
+/// Most keys `status(None)` reads.
+const MAX_LISTED_KEYS: i64 = 100_000;
+
+impl EtcdBackend {
+    /// The status of lock `name` from its keys in create order: the oldest holds it.
+    async fn lock_status(&self, c: &mut etcd_client::Client, name: String, kvs: &[&KeyValue]) -> LockStatus {
         let Some(first) = kvs.first() else {
-            return Ok(vec![LockStatus::new(name.to_string(), None, 0, 0)]);
+            return LockStatus::new(name, None, 0, 0);
         };
         let ttl_left = match self.shared.call(c.lease_time_to_live(first.lease(), None)).await {
             Ok(t) => Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)),
@@ -250,8 +282,16 @@ impl locksmith_core::Backend for EtcdBackend {
         );
         let last = kvs.iter().map(|kv| kv.create_revision()).max().unwrap_or(0);
         let waiters = u64::try_from(kvs.len()).unwrap_or(0).saturating_sub(1);
-        Ok(vec![LockStatus::new(name.to_string(), Some(holder), waiters, u64::try_from(last).unwrap_or(0))])
+        LockStatus::new(name, Some(holder), waiters, u64::try_from(last).unwrap_or(0))
     }
+}
+
+/// The lock a key belongs to, if it has the `concurrency.Mutex` shape: `<name>/<lease in hex>`
+/// written under that very lease.
+fn lock_of_key(kv: &KeyValue) -> Option<String> {
+    let key = std::str::from_utf8(kv.key()).ok()?;
+    let (name, lease) = key.rsplit_once('/')?;
+    (kv.lease() != 0 && !name.is_empty() && lease == format!("{:x}", kv.lease())).then(|| name.to_string())
 }
 
 #[cfg(test)]

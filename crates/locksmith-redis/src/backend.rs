@@ -1,5 +1,6 @@
 //! The backend: URL, shared connections, sessions and status.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,7 +53,8 @@ impl RedisBackend {
         self.shared.layout.mode
     }
 
-    async fn status_of(&self, name: &LockName) -> Result<LockStatus> {
+    /// One lock's status, or `Ok(Err(why))` when its key holds something that is not a lock.
+    async fn status_of(&self, name: &LockName) -> Result<std::result::Result<LockStatus, String>> {
         let conn = &self.shared.conn;
         let key = self.shared.layout.key(name.as_str());
         let fence = self.shared.layout.fence_key(&key);
@@ -75,10 +77,10 @@ impl RedisBackend {
         };
         let waiters = self.shared.waiters(&key).await?;
         if ty == "none" {
-            return Ok(LockStatus::new(name.to_string(), None, waiters, last_token));
+            return Ok(Ok(LockStatus::new(name.to_string(), None, waiters, last_token)));
         }
         if ty != expected {
-            return Err(Error::Backend(format!("redis: key {key:?} holds a {ty}, not a lock")));
+            return Ok(Err(format!("redis: key {key:?} holds a {ty}, not a lock")));
         }
         let holder = match self.shared.layout.mode {
             // Plain: the value is the holder's random token; which session it belongs to is not
@@ -101,8 +103,52 @@ impl RedisBackend {
             }
         };
         let holder = holder.map(|(session, owner)| HolderStatus::new(session, owner, last_token, ttl_left));
-        Ok(LockStatus::new(name.to_string(), holder, waiters, last_token))
+        Ok(Ok(LockStatus::new(name.to_string(), holder, waiters, last_token)))
     }
+
+    /// Every lock this layout has ever fenced: the fencing counters found by `SCAN` (never
+    /// deleted, so a free lock is listed too), in name order, at most [`MAX_LISTED`]. Keys of
+    /// other applications that happen to match are skipped: a name is kept only if it maps back
+    /// to the counter, the counter is a positive integer, and the lock's key is free or a lock.
+    async fn list(&self) -> Result<Vec<LockStatus>> {
+        let layout = &self.shared.layout;
+        let pattern = layout.fence_pattern();
+        let mut names = BTreeSet::new();
+        let mut cursor = String::from("0");
+        loop {
+            let mut p = redis::pipe();
+            p.cmd("SCAN").arg(&cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).arg("TYPE").arg("string");
+            let replies = self.shared.conn.pipe(&p).await?;
+            let (next, keys) = scan_page(replies.first())?;
+            names.extend(keys.iter().filter_map(|k| layout.name_of_fence(k)));
+            if next == "0" || names.len() >= MAX_LISTED {
+                break;
+            }
+            cursor = next;
+        }
+        let mut out = Vec::new();
+        for name in names.into_iter().take(MAX_LISTED) {
+            let Ok(name) = LockName::new(name) else { continue };
+            if let Ok(s) = self.status_of(&name).await? {
+                if s.last_token > 0 {
+                    out.push(s);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Most locks `status` lists: it costs a few round trips per lock.
+const MAX_LISTED: usize = 10_000;
+
+/// One `SCAN` reply: the next cursor and the keys of this page.
+fn scan_page(reply: Option<&Value>) -> Result<(String, Vec<String>)> {
+    let bad = || Error::Protocol(format!("redis: unexpected SCAN reply {reply:?}"));
+    let Some(Value::Array(parts)) = reply else { return Err(bad()) };
+    let [cursor, Value::Array(keys)] = parts.as_slice() else { return Err(bad()) };
+    let cursor = text(Some(cursor)).ok_or_else(bad)?;
+    Ok((cursor, keys.iter().filter_map(|k| text(Some(k))).collect()))
 }
 
 fn text(v: Option<&Value>) -> Option<String> {
@@ -136,15 +182,17 @@ impl Backend for RedisBackend {
     }
 
     /// One lock's holder, last token, TTL left and waiters (plain: the live entries of its waiter
-    /// queue; reentrant: not known, always 0). With `name == None` this answers an empty list:
-    /// Redis keeps no index of lock keys.
+    /// queue; reentrant: not known, always 0); a key of another type is an [`Error::Backend`].
+    /// With `name == None`, every lock ever fenced under this URL's prefix and mode, found by
+    /// `SCAN` over the keyspace (a walk of the whole database: meant for operators, not hot
+    /// paths), at most 10,000.
     ///
     /// # Cancel safety
     /// Cancel safe: read only.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         match name {
-            Some(name) => Ok(vec![self.status_of(name).await?]),
-            None => Ok(Vec::new()),
+            Some(name) => Ok(vec![self.status_of(name).await?.map_err(Error::Backend)?]),
+            None => self.list().await,
         }
     }
 }

@@ -32,6 +32,29 @@ impl Layout {
         }
     }
 
+    /// A `SCAN MATCH` pattern that finds every fencing counter of this layout (and perhaps other
+    /// keys: [`Layout::name_of_fence`] tells which are ours).
+    pub(crate) fn fence_pattern(&self) -> String {
+        match self.mode {
+            Mode::Plain => format!("{}*:fence", glob_escape(&self.prefix)),
+            Mode::Reentrant => "redisson_lock_token:*".to_string(),
+        }
+    }
+
+    /// The lock name whose fencing counter is `fence`, if `fence` is one of this layout's
+    /// counters: the name is recovered and accepted only if it maps back to `fence` exactly.
+    pub(crate) fn name_of_fence(&self, fence: &str) -> Option<String> {
+        let key = match self.mode {
+            Mode::Plain => fence.strip_suffix(":fence")?,
+            Mode::Reentrant => {
+                let rest = fence.strip_prefix("redisson_lock_token:")?;
+                rest.strip_prefix('{').and_then(|r| r.strip_suffix('}')).filter(|k| !k.contains('{')).unwrap_or(rest)
+            }
+        };
+        let name = key.strip_prefix(self.prefix.as_str())?;
+        (!name.is_empty() && self.fence_key(key) == fence).then(|| name.to_string())
+    }
+
     /// Reentrant mode: Redisson's release channel of `key`, so its unlocks wake our waiters and
     /// ours wake its.
     pub(crate) fn channel(&self, key: &str) -> String {
@@ -87,6 +110,18 @@ fn redisson_prefix_name(prefix: &str, name: &str) -> String {
     }
 }
 
+/// `s` with Redis glob metacharacters escaped, so a prefix matches only itself.
+fn glob_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// A random version-4 UUID in its text form, as Redisson uses for a client id.
 pub(crate) fn random_uuid() -> String {
     let mut v = rand::random::<u128>();
@@ -121,5 +156,26 @@ mod tests {
         let u = random_uuid();
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "4");
+    }
+
+    /// Listing finds a lock's name from its fencing counter, and nothing else.
+    #[test]
+    fn a_fencing_counter_names_its_lock() {
+        let plain = Layout { mode: Mode::Plain, prefix: "p*:".into() };
+        assert_eq!(plain.fence_pattern(), "p\\*:*:fence");
+        assert_eq!(plain.name_of_fence("p*:job:fence").as_deref(), Some("job"));
+        assert_eq!(plain.name_of_fence("p*:a:fence:fence").as_deref(), Some("a:fence"));
+        for other in ["p*::fence", "q:job:fence", "p*:job", "p*:job:fenc"] {
+            assert_eq!(plain.name_of_fence(other), None, "{other}");
+        }
+        let re = Layout { mode: Mode::Reentrant, prefix: String::new() };
+        assert_eq!(re.name_of_fence("redisson_lock_token:{job}").as_deref(), Some("job"));
+        assert_eq!(re.name_of_fence("redisson_lock_token:{a}b").as_deref(), Some("{a}b"));
+        for other in ["redisson_lock_token:job", "redisson_lock_token:{}", "redisson_lock__channel:{job}"] {
+            assert_eq!(re.name_of_fence(other), None, "{other}");
+        }
+        let re_prefixed = Layout { mode: Mode::Reentrant, prefix: "app:".into() };
+        assert_eq!(re_prefixed.name_of_fence("redisson_lock_token:{app:job}").as_deref(), Some("job"));
+        assert_eq!(re_prefixed.name_of_fence("redisson_lock_token:{job}"), None);
     }
 }

@@ -67,7 +67,9 @@
 //! Redis has no sessions: a session is an id plus the holds it renews. Every keep-alive renews
 //! all of its holds in one owner-checked script and reports holds found deleted or taken over,
 //! so the engine fires `lost()` for exactly those guards. Lock-delay is not supported.
-//! `status(None)` answers an empty list (Redis keeps no index of locks); `status(Some(name))`
+//! `status(None)` lists every lock ever fenced under the URL's prefix and mode, found by `SCAN`
+//! over their fencing counters (a walk of the whole keyspace, at most 10,000 locks; keys that
+//! only look like counters are skipped); `status(Some(name))`
 //! reports the holder (plain: the token value, session unknown; reentrant: uuid and owner from
 //! the field), the fencing counter, the TTL left, and the waiters (plain: the live queue entries;
 //! reentrant: 0, unknown).

@@ -1,6 +1,8 @@
 //! Where a lock lives in Redis: key, fencing counter, waiter queue or release channel, and the
 //! holder's identity, for each of the two interoperable layouts.
 
+use locksmith_core::Error;
+
 /// Which lock layout a backend uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
@@ -32,6 +34,19 @@ impl Layout {
         }
     }
 
+    /// Refuses a name whose key another lock's fencing counter could occupy. Plain mode only:
+    /// lock `a`'s counter is key `a:fence`, so a lock named `a:fence` would find a counter where
+    /// its key should be and wait for it forever.
+    pub(crate) fn check_name(&self, name: &str) -> Result<(), Error> {
+        match self.mode == Mode::Plain && name.ends_with(":fence") {
+            true => Err(Error::InvalidArgument(format!(
+                "redis plain mode: lock name {name:?} ends in \":fence\", which is reserved for fencing counters \
+                 (lock X counts its tokens in key X:fence); choose another name"
+            ))),
+            false => Ok(()),
+        }
+    }
+
     /// A `SCAN MATCH` pattern that finds every fencing counter of this layout (and perhaps other
     /// keys: [`Layout::name_of_fence`] tells which are ours).
     pub(crate) fn fence_pattern(&self) -> String {
@@ -52,7 +67,8 @@ impl Layout {
             }
         };
         let name = key.strip_prefix(self.prefix.as_str())?;
-        (!name.is_empty() && self.fence_key(key) == fence).then(|| name.to_string())
+        let valid = !name.is_empty() && self.check_name(name).is_ok() && self.fence_key(key) == fence;
+        valid.then(|| name.to_string())
     }
 
     /// Reentrant mode: Redisson's release channel of `key`, so its unlocks wake our waiters and
@@ -164,8 +180,8 @@ mod tests {
         let plain = Layout { mode: Mode::Plain, prefix: "p*:".into() };
         assert_eq!(plain.fence_pattern(), "p\\*:*:fence");
         assert_eq!(plain.name_of_fence("p*:job:fence").as_deref(), Some("job"));
-        assert_eq!(plain.name_of_fence("p*:a:fence:fence").as_deref(), Some("a:fence"));
-        for other in ["p*::fence", "q:job:fence", "p*:job", "p*:job:fenc"] {
+        // `a:fence` is lock `a`'s counter, never a lock of its own.
+        for other in ["p*::fence", "q:job:fence", "p*:job", "p*:job:fenc", "p*:a:fence:fence"] {
             assert_eq!(plain.name_of_fence(other), None, "{other}");
         }
         let re = Layout { mode: Mode::Reentrant, prefix: String::new() };

@@ -11,7 +11,9 @@
 //!   the token. Release and renewal are owner-checked Lua (`GET == token` then `DEL` /
 //!   `PEXPIRE`); a release also wakes the next queued waiter (see *Waiting*). redis-py releases
 //!   publish nothing: our waiters then notice on their fallback timer.
-//!   Note: a lock named `<other>:fence` would collide with the counter of lock `<other>`.
+//!   Lock names ending in `:fence` are refused
+//!   ([`Error::InvalidArgument`](locksmith_core::Error::InvalidArgument)): such a key would
+//!   be the counter of another lock.
 //! - **reentrant** (`?mode=reentrant`), interoperable with Redisson's `RLock`/`RFencedLock`: a
 //!   hash at key = prefix + name whose field `<session-uuid>:<owner>` holds a hold count, with
 //!   Redisson's acquire, unlock and watchdog scripts; unlocks publish `0` on

@@ -125,6 +125,7 @@ impl Session for RedisSession {
         if req.lock_delay.is_some() {
             return Err(Error::InvalidArgument("the redis backend does not support lock-delay".into()));
         }
+        self.shared.layout.check_name(req.name.as_str())?;
         let mut pending = self.begin((req.name.clone(), req.owner.clone())).await?;
         let key = pending.entry.key.clone();
         let plain = self.shared.layout.mode == Mode::Plain;

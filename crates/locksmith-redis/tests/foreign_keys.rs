@@ -92,3 +92,25 @@ fn bad_urls_are_typed_and_passwords_stay_hidden() {
     let b = locksmith::backend("redis://alice:s3cret@127.0.0.1:6379/3").unwrap();
     assert!(!b.describe().contains("s3cret"), "{}", b.describe());
 }
+
+/// Plain mode: a name ending in `:fence` would be another lock's fencing counter, so it is
+/// refused at once (waiting or not), and the counter it names is left unchanged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_mode_refuses_a_name_that_is_another_locks_counter() {
+    let server = RedisServer::start();
+    let client = locksmith::connect_with_ttl(&server.url(), Duration::from_secs(2)).await.unwrap();
+    let owner = client.lock("report").await.unwrap();
+    for attempt in [client.try_lock("report:fence").await.map(|_| ()), client.lock("report:fence").await.map(|_| ())] {
+        match attempt {
+            Err(Error::InvalidArgument(msg)) => assert!(msg.contains("reserved for fencing counters"), "{msg}"),
+            other => panic!("expected InvalidArgument, got {other:?}"),
+        }
+    }
+    let mut r = raw(&server.url()).await;
+    let counter: u64 = cmd(&mut r, &["GET", "report:fence"]).await;
+    assert_eq!(Some(counter), owner.fencing_token());
+    // Reentrant mode keeps its counters elsewhere: the name is an ordinary lock there.
+    let reentrant = locksmith::connect(&format!("{}?mode=reentrant", server.url())).await.unwrap();
+    assert!(reentrant.try_lock("other:fence").await.unwrap().is_some());
+    owner.unlock().await.unwrap();
+}

@@ -330,8 +330,14 @@ impl Db {
         let pool = self.raw_pool();
         self.timed(move || async move {
             match pool {
+                // Only a backend that still exists: terminating one that already ended (its
+                // client went away first) makes PostgreSQL send a WARNING, logged by sqlx.
                 Pool::Postgres(p) => {
-                    sqlx::query("SELECT pg_terminate_backend($1::int)").bind(id).execute(p).await.map(drop)
+                    sqlx::query("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid = $1::int")
+                        .bind(id)
+                        .execute(p)
+                        .await
+                        .map(drop)
                 }
                 // KILL takes no placeholders; the id is a number we read from the server.
                 Pool::MySql(p) => {

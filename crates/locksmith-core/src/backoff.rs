@@ -36,11 +36,6 @@ impl Backoff {
         Self { next: MIN, max: max.max(MIN) }
     }
 
-    /// Starts over from the smallest delay (after a wake-up: the lock just changed hands).
-    pub fn reset(&mut self) {
-        self.next = MIN;
-    }
-
     /// The next delay, capped by the holder's remaining time `pttl_ms` when it is known
     /// (negative: unknown).
     pub fn delay(&mut self, pttl_ms: i64) -> Duration {
@@ -71,7 +66,5 @@ mod tests {
         let d = b.delay(-1);
         assert!(d >= MAX.mul_f64(0.8) && d <= MAX.mul_f64(1.2), "{d:?}");
         assert!(b.delay(3) <= Duration::from_millis(4));
-        b.reset();
-        assert!(b.delay(-1) <= Duration::from_millis(6));
     }
 }

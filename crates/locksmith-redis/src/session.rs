@@ -192,10 +192,9 @@ impl Session for RedisSession {
                 false => QUEUE_REFRESH.mul_f64(rand::random_range(0.8..1.2)),
             };
             let woken = tokio::select! {
-                _ = reg.notified() => {
-                    backoff.reset();
-                    true
-                }
+                // No backoff restart: in reentrant mode every waiter hears Redisson's message and
+                // all but one find the lock taken again; the next release wakes them anew.
+                _ = reg.notified() => true,
                 _ = tokio::time::sleep(timer) => next_in_line,
             };
             if woken {

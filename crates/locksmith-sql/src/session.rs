@@ -184,8 +184,10 @@ impl Session for SqlSession {
             }
             let delay = backoff.delay(left);
             match &waiting {
+                // A NOTIFY does not restart the backoff: every waiting client hears it, and all
+                // but one find the lock taken again; the next release notifies them anew.
                 Some(reg) => tokio::select! {
-                    _ = reg.notified() => backoff.reset(),
+                    _ = reg.notified() => {}
                     _ = tokio::time::sleep(delay) => {}
                 },
                 None => tokio::time::sleep(delay).await,

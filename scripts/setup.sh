@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
-# Installs what building and testing locksmith needs on a fresh Debian machine with the Rust
-# toolchain. Idempotent; safe to re-run.
+# Installs what the *tests* need on a fresh Debian machine with the Rust toolchain: real servers
+# and third-party lock clients. Building needs none of it (no protoc, no libclang: etcd's API is
+# compiled by protox, SQLite is bundled). Idempotent; safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Real servers the driver tests start (never started as services: the tests run them), the
-# protobuf compiler etcd-client's build needs, and third-party lock clients for interop tests
-# (etcdctl; Apache Curator for Java, compiled by the ZooKeeper tests with the machine's javac).
-# PostgreSQL and MariaDB for the SQL driver tests; SQLite is linked from the system library
-# (sqlx's `sqlite-unbundled`), whose bindings bindgen generates with libclang at build time.
+# Real servers the driver tests start (never started as services: the tests run them) and
+# third-party lock clients for interop tests (etcdctl; Apache Curator for Java, compiled by the
+# ZooKeeper tests with the machine's javac). PostgreSQL and MariaDB for the SQL driver tests.
 # libfaketime (`faketime`) skews a client process's wall clock in the SQL clock-skew tests.
 packages=(
   redis-server
-  postgresql mariadb-server libsqlite3-dev libclang1-14 libclang-common-14-dev faketime
-  etcd-server etcd-client protobuf-compiler libprotobuf-dev
+  postgresql mariadb-server faketime
+  etcd-server etcd-client
   zookeeper libzookeeper-java libcurator-recipes-java libcurator-framework-java libcurator-client-java
 )
 need_apt=()

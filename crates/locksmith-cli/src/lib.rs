@@ -48,19 +48,48 @@ pub enum Command {
     ChaosWorker(chaos::worker::WorkerArgs),
 }
 
-/// Parses `500ms`, `10s`, `2m` for clap.
+/// Parses `500ms`, `10s`, `2m`, `1m30s` for clap.
 pub fn duration_arg(s: &str) -> Result<Duration, String> {
     locksmith::parse_duration(s).map_err(|e| e.to_string())
 }
 
+/// Parses a session TTL for clap: a duration in the accepted range, refused in the user's own
+/// spelling.
+pub fn ttl_arg(s: &str) -> Result<Duration, String> {
+    let ttl = duration_arg(s)?;
+    locksmith::validate_ttl(ttl).map_err(|_| {
+        let (min, max) =
+            (locksmith::format_duration(locksmith::MIN_TTL), locksmith::format_duration(locksmith::MAX_TTL));
+        format!("{s:?} is outside the TTL range {min} to {max}")
+    })
+}
+
+/// Prints a command-line error (or the help text clap answers with) and returns its exit code;
+/// `run` without `--` before its command gets a tip saying so.
+fn usage_error(e: &clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    let _ = e.print();
+    let is_run = std::env::args().nth(1).as_deref() == Some("run");
+    let missing_dashes = !std::env::args().any(|a| a == "--");
+    if is_run && missing_dashes && matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument) {
+        eprintln!("\ntip: put `--` before the command: locksmith run NAME [OPTIONS] -- CMD [ARGS]...");
+    }
+    ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE))
+}
+
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(&e),
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG").unwrap_or_else(|_| {
         let default = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
         tracing_subscriber::EnvFilter::new(default)
     });
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    // Colour codes only for a person at a terminal, never into log files or pipes.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

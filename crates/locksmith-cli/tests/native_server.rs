@@ -146,11 +146,16 @@ fn bad_arguments_exit_2_with_a_clear_message() {
     for (args, needle) in [
         (vec!["run", "", "--backend", &url, "--", "true"], "lock name is empty"),
         (vec!["run", "x\u{1}y", "--backend", &url, "--", "true"], "control character"),
-        (vec!["run", "x", "--backend", &url, "--ttl", "0s", "--", "true"], "invalid ttl"),
-        (vec!["run", "x", "--backend", &url, "--ttl", "2h", "--", "true"], "invalid ttl"),
-        (vec!["run", "x", "--backend", &url, "--ttl", "10", "--", "true"], "not a duration"),
+        (
+            vec!["run", "x", "--backend", &url, "--ttl", "0s", "--", "true"],
+            "\"0s\" is outside the TTL range 100ms to 1h",
+        ),
+        (vec!["run", "x", "--backend", &url, "--ttl", "2h", "--", "true"], "\"2h\" is outside the TTL range"),
+        (vec!["run", "x", "--backend", &url, "--ttl", "10", "--", "true"], "\"10\" is not a duration"),
+        (vec!["run", "x", "--backend", &url, "--timeout", "1m30", "--", "true"], "\"1m30\" is not a duration"),
         (vec!["run", "x", "--backend", "gopher://h:1", "--", "true"], "unknown scheme"),
-        (vec!["run", "x", "--backend", &url], "required"),
+        (vec!["run", "x", "--backend", &url], "put `--` before the command"),
+        (vec!["run", "x", "--backend", &url, "echo", "hi"], "put `--` before the command"),
         (vec!["status", "--backend", "nonsense"], "expected scheme"),
     ] {
         let o = locksmith(&args);

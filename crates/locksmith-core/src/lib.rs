@@ -32,5 +32,6 @@ pub use error::{Error, Result};
 pub use guard::Guard;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use options::{
-    parse_duration, validate_ttl, LockOptions, DEFAULT_TTL, MAX_LOCK_DELAY, MAX_OWNER_LEN, MAX_TTL, MIN_TTL,
+    format_duration, parse_duration, validate_ttl, LockOptions, DEFAULT_TTL, MAX_LOCK_DELAY, MAX_OWNER_LEN, MAX_TTL,
+    MIN_TTL,
 };

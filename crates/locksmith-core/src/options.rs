@@ -32,38 +32,68 @@ pub fn validate_ttl(ttl: Duration) -> Result<Duration, Error> {
     Ok(ttl)
 }
 
-/// Parses `500ms`, `10s`, `2m`, `1h` (and `250us`) into a [`Duration`].
+/// Parses a duration: a number and a unit, or several run together or spaced (`500ms`,
+/// `10s`, `2m`, `1h`, `1m30s`, `1h 15m`, `250us`), as the `humantime` crate reads them.
 ///
 /// ```
 /// use std::time::Duration;
 /// use locksmith_core::parse_duration;
 /// assert_eq!(parse_duration("500ms")?, Duration::from_millis(500));
 /// assert_eq!(parse_duration("2m")?, Duration::from_secs(120));
+/// assert_eq!(parse_duration("1m30s")?, Duration::from_secs(90));
+/// assert_eq!(parse_duration("0s")?, Duration::ZERO);
 /// assert!(parse_duration("10").is_err());
 /// # Ok::<(), locksmith_core::Error>(())
 /// ```
 ///
 /// # Errors
-/// [`Error::InvalidArgument`] when the text has no unit, an unknown unit or no number.
+/// [`Error::InvalidArgument`] naming the text as given when it has no unit, an unknown unit or
+/// no number.
 pub fn parse_duration(text: &str) -> Result<Duration, Error> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let bad = || {
+    humantime::parse_duration(text.trim()).map_err(|e| {
         Error::InvalidArgument(format!(
-            "{text:?} is not a duration; write a whole number and a unit, e.g. 500ms, 10s, 2m"
+            "{text:?} is not a duration ({e}); write a number and a unit, e.g. 500ms, 10s, 2m, 1m30s"
         ))
-    };
-    let n: u64 = digits.parse().map_err(|_| bad())?;
-    let d = match unit {
-        "us" | "µs" => Duration::from_micros(n),
-        "ms" => Duration::from_millis(n),
-        "s" => Duration::from_secs(n),
-        "m" => Duration::from_secs(n.checked_mul(60).ok_or_else(bad)?),
-        "h" => Duration::from_secs(n.checked_mul(3600).ok_or_else(bad)?),
-        _ => return Err(bad()),
-    };
-    Ok(d)
+    })
+}
+
+/// Writes a duration the way people read it: `250µs`, `100ms`, `9.5s`, `1m30s`, `1h`
+/// (tenths of a second below a minute, whole seconds above).
+///
+/// ```
+/// use std::time::Duration;
+/// use locksmith_core::format_duration;
+/// assert_eq!(format_duration(Duration::from_millis(9_498)), "9.4s");
+/// assert_eq!(format_duration(Duration::from_millis(100)), "100ms");
+/// assert_eq!(format_duration(Duration::from_secs(90)), "1m30s");
+/// assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+/// assert_eq!(format_duration(Duration::ZERO), "0s");
+/// ```
+pub fn format_duration(d: Duration) -> String {
+    if d.is_zero() {
+        return "0s".into();
+    }
+    if d < Duration::from_millis(1) {
+        return format!("{}µs", d.as_micros());
+    }
+    if d < Duration::from_secs(1) {
+        return format!("{}ms", d.as_millis());
+    }
+    if d < Duration::from_secs(60) {
+        let tenths = d.as_millis() / 100;
+        return match tenths % 10 {
+            0 => format!("{}s", tenths / 10),
+            t => format!("{}.{t}s", tenths / 10),
+        };
+    }
+    let secs = d.as_secs();
+    let mut out = String::new();
+    for (n, unit) in [(secs / 3600, "h"), (secs / 60 % 60, "m"), (secs % 60, "s")] {
+        if n > 0 {
+            out.push_str(&format!("{n}{unit}"));
+        }
+    }
+    out
 }
 
 /// How one acquisition behaves.

@@ -58,20 +58,21 @@
 //! (measured from when a renewal was *sent*). Lock-delay is not supported.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+pub mod raw;
 mod session;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::{GetOptions, KeyValue, SortOrder, SortTarget};
 use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
 use tokio::sync::OnceCell;
+use tonic::{Code, Status};
 
+use crate::raw::pb::KeyValue;
+use crate::raw::CONNECT_TIMEOUT;
 use crate::session::EtcdSession;
 
-/// Connection timeout for each endpoint.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on every unary call.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -85,7 +86,7 @@ pub struct EtcdBackend {
 pub(crate) struct Shared {
     pub(crate) url: String,
     endpoints: Vec<String>,
-    client: OnceCell<etcd_client::Client>,
+    client: OnceCell<raw::Client>,
 }
 
 impl std::fmt::Debug for Shared {
@@ -96,16 +97,12 @@ impl std::fmt::Debug for Shared {
 
 impl Shared {
     /// The etcd client, created on first use.
-    pub(crate) async fn client(&self) -> Result<etcd_client::Client> {
+    pub(crate) async fn client(&self) -> Result<raw::Client> {
         let c = self
             .client
             .get_or_try_init(|| async {
-                let opts = etcd_client::ConnectOptions::new()
-                    .with_connect_timeout(CONNECT_TIMEOUT)
-                    .with_keep_alive(Duration::from_secs(2), Duration::from_secs(2));
-                let fut = etcd_client::Client::connect(self.endpoints.clone(), Some(opts));
-                match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
-                    Ok(r) => r.map_err(|e| self.error(e)),
+                match tokio::time::timeout(CONNECT_TIMEOUT, raw::Client::connect(&self.endpoints)).await {
+                    Ok(r) => r.map_err(|e| self.unavailable(&error_chain(&e))),
                     Err(_) => Err(self.unavailable("no connection within 3 s")),
                 }
             })
@@ -116,7 +113,7 @@ impl Shared {
     /// Runs one unary call bounded by [`CALL_TIMEOUT`].
     pub(crate) async fn call<T>(
         &self,
-        fut: impl std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+        fut: impl std::future::Future<Output = std::result::Result<T, Status>>,
     ) -> Result<T> {
         match tokio::time::timeout(CALL_TIMEOUT, fut).await {
             Ok(r) => r.map_err(|e| self.error(e)),
@@ -128,38 +125,33 @@ impl Shared {
         Error::Unavailable { backend: self.url.clone(), message: message.to_string() }
     }
 
-    /// Classifies an etcd client error.
-    pub(crate) fn error(&self, e: etcd_client::Error) -> Error {
-        use etcd_client::Error as E;
-        match e {
-            E::GRpcStatus(s) => {
-                let code = s.code() as i32;
-                if code == tonic_code::NOT_FOUND || s.message().contains("lease not found") {
-                    Error::SessionExpired
-                } else if matches!(
-                    code,
-                    tonic_code::UNAVAILABLE | tonic_code::DEADLINE_EXCEEDED | tonic_code::CANCELLED
-                ) || s.message().contains("transport error")
-                {
-                    self.unavailable(s.message())
-                } else {
-                    Error::Backend(format!("etcd {}: {}", self.url, s.message()))
-                }
-            }
-            E::TransportError(t) => self.unavailable(&t.to_string()),
-            E::IoError(io) => self.unavailable(&io.to_string()),
-            E::LeaseKeepAliveError(m) | E::WatchError(m) => self.unavailable(&m),
-            other => Error::Backend(format!("etcd {}: {other}", self.url)),
+    /// Classifies a gRPC status from etcd.
+    pub(crate) fn error(&self, s: Status) -> Error {
+        if s.code() == Code::NotFound || s.message().contains("lease not found") {
+            Error::SessionExpired
+        } else if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled)
+            || s.message().contains("transport error")
+        {
+            self.unavailable(s.message())
+        } else {
+            Error::Backend(format!("etcd {}: {}", self.url, s.message()))
         }
     }
 }
 
-/// gRPC status codes (their numbers are fixed by the gRPC spec), without a tonic dependency.
-mod tonic_code {
-    pub(crate) const CANCELLED: i32 = 1;
-    pub(crate) const DEADLINE_EXCEEDED: i32 = 4;
-    pub(crate) const NOT_FOUND: i32 = 5;
-    pub(crate) const UNAVAILABLE: i32 = 14;
+/// An error and its sources on one line ("transport error: connection refused").
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        source = s.source();
+    }
+    out
 }
 
 impl EtcdBackend {
@@ -219,11 +211,11 @@ impl locksmith_core::Backend for EtcdBackend {
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let secs = i64::try_from(secs.max(1)).unwrap_or(i64::MAX);
         let mut c = self.shared.client().await?;
-        let granted = self.shared.call(c.lease_grant(secs, None)).await?;
-        if !granted.error().is_empty() {
-            return Err(Error::Backend(format!("etcd {}: lease grant: {}", self.shared.url, granted.error())));
+        let granted = self.shared.call(c.lease_grant(secs)).await?;
+        if !granted.error.is_empty() {
+            return Err(Error::Backend(format!("etcd {}: lease grant: {}", self.shared.url, granted.error)));
         }
-        Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id())))
+        Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id)))
     }
 
     /// The holder and waiters of one lock; with `None`, of every lock that has a holder or a
@@ -235,14 +227,12 @@ impl locksmith_core::Backend for EtcdBackend {
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let mut c = self.shared.client().await?;
         let Some(name) = name else {
-            let opts = GetOptions::new()
-                .with_all_keys()
-                .with_keys_only()
-                .with_sort(SortTarget::Create, SortOrder::Ascend)
-                .with_limit(MAX_LISTED_KEYS);
-            let resp = self.shared.call(c.get("", Some(opts))).await?;
+            let req =
+                raw::pb::RangeRequest { keys_only: true, limit: MAX_LISTED_KEYS, ..raw::prefix_range(Vec::new()) }
+                    .sorted_by_create(true);
+            let resp = self.shared.call(c.range(req)).await?;
             let mut locks: BTreeMap<String, Vec<&KeyValue>> = BTreeMap::new();
-            for kv in resp.kvs() {
+            for kv in &resp.kvs {
                 if let Some(name) = lock_of_key(kv) {
                     locks.entry(name).or_default().push(kv);
                 }
@@ -253,9 +243,8 @@ impl locksmith_core::Backend for EtcdBackend {
             }
             return Ok(out);
         };
-        let opts = GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend);
-        let resp = self.shared.call(c.get(prefix(name), Some(opts))).await?;
-        let kvs: Vec<&KeyValue> = resp.kvs().iter().collect();
+        let resp = self.shared.call(c.get_prefix(prefix(name))).await?;
+        let kvs: Vec<&KeyValue> = resp.kvs.iter().collect();
         Ok(vec![self.lock_status(&mut c, name.to_string(), &kvs).await])
     }
 }
@@ -265,22 +254,22 @@ const MAX_LISTED_KEYS: i64 = 100_000;
 
 impl EtcdBackend {
     /// The status of lock `name` from its keys in create order: the oldest holds it.
-    async fn lock_status(&self, c: &mut etcd_client::Client, name: String, kvs: &[&KeyValue]) -> LockStatus {
+    async fn lock_status(&self, c: &mut raw::Client, name: String, kvs: &[&KeyValue]) -> LockStatus {
         let Some(first) = kvs.first() else {
             return LockStatus::new(name, None, 0, 0);
         };
-        let ttl_left = match self.shared.call(c.lease_time_to_live(first.lease(), None)).await {
-            Ok(t) => Duration::from_secs(u64::try_from(t.ttl()).unwrap_or(0)),
+        let ttl_left = match self.shared.call(c.lease_time_to_live(first.lease)).await {
+            Ok(t) => Duration::from_secs(u64::try_from(t.ttl).unwrap_or(0)),
             Err(_) => Duration::ZERO,
         };
-        let token = u64::try_from(first.create_revision()).unwrap_or(0);
+        let token = u64::try_from(first.create_revision).unwrap_or(0);
         let holder = HolderStatus::new(
-            format!("{:x}", first.lease()),
-            String::from_utf8_lossy(first.key()).into_owned(),
+            format!("{:x}", first.lease),
+            String::from_utf8_lossy(&first.key).into_owned(),
             token,
             ttl_left,
         );
-        let last = kvs.iter().map(|kv| kv.create_revision()).max().unwrap_or(0);
+        let last = kvs.iter().map(|kv| kv.create_revision).max().unwrap_or(0);
         let waiters = u64::try_from(kvs.len()).unwrap_or(0).saturating_sub(1);
         LockStatus::new(name, Some(holder), waiters, u64::try_from(last).unwrap_or(0))
     }
@@ -289,9 +278,9 @@ impl EtcdBackend {
 /// The lock a key belongs to, if it has the `concurrency.Mutex` shape: `<name>/<lease in hex>`
 /// written under that very lease.
 fn lock_of_key(kv: &KeyValue) -> Option<String> {
-    let key = std::str::from_utf8(kv.key()).ok()?;
+    let key = std::str::from_utf8(&kv.key).ok()?;
     let (name, lease) = key.rsplit_once('/')?;
-    (kv.lease() != 0 && !name.is_empty() && lease == format!("{:x}", kv.lease())).then(|| name.to_string())
+    (kv.lease != 0 && !name.is_empty() && lease == format!("{:x}", kv.lease)).then(|| name.to_string())
 }
 
 #[cfg(test)]

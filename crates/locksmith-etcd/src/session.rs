@@ -6,13 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, LeaseKeepAliveStream, LeaseKeeper, PutOptions, SortOrder, SortTarget,
-    Txn, TxnOp, TxnOpResponse, WatchOptions,
-};
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
 use tokio::sync::OwnedMutexGuard;
 
+use crate::raw::pb::{event::EventType, Compare, RangeRequest, RequestOp, ResponseHeader, TxnRequest};
+use crate::raw::{prefix_range, KeepAliveStream};
 use crate::{prefix, Shared, CALL_TIMEOUT};
 
 /// Most operations etcd accepts in one txn (its default `--max-txn-ops`).
@@ -52,7 +50,7 @@ pub(crate) struct EtcdSession {
     lease: i64,
     names: NameMap,
     holds: Arc<Mutex<HashMap<LockName, Hold>>>,
-    keeper: tokio::sync::Mutex<Option<(LeaseKeeper, LeaseKeepAliveStream)>>,
+    keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
     closed: AtomicBool,
 }
 
@@ -85,24 +83,19 @@ impl EtcdSession {
     /// on any failure or cancellation, so an answer is never matched to a later request.
     async fn renew(&self) -> Result<()> {
         let mut slot = self.keeper.lock().await;
-        let mut pair = match slot.take() {
-            Some(p) => p,
+        let mut stream = match slot.take() {
+            Some(s) => s,
             None => {
                 let mut c = self.shared.client().await?;
                 self.shared.call(c.lease_keep_alive(self.lease)).await?
             }
         };
-        let answer = tokio::time::timeout(CALL_TIMEOUT, async {
-            pair.0.keep_alive().await?;
-            pair.1.message().await
-        })
-        .await;
-        match answer {
+        match tokio::time::timeout(CALL_TIMEOUT, stream.renew()).await {
             Ok(Ok(Some(resp))) => {
-                if resp.ttl() <= 0 {
+                if resp.ttl <= 0 {
                     return Err(Error::SessionExpired);
                 }
-                *slot = Some(pair);
+                *slot = Some(stream);
                 Ok(())
             }
             Ok(Ok(None)) => Err(self.shared.unavailable("keep-alive stream closed")),
@@ -116,14 +109,11 @@ impl EtcdSession {
         let mut out = Vec::with_capacity(keys.len());
         let mut c = self.shared.client().await?;
         for chunk in keys.chunks(MAX_TXN_OPS) {
-            let ops: Vec<TxnOp> = chunk.iter().map(|k| TxnOp::get(k.as_str(), None)).collect();
-            let resp = self.shared.call(c.txn(Txn::new().and_then(ops))).await?;
-            for r in resp.op_responses() {
-                let rev = match r {
-                    TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.create_revision()).unwrap_or(0),
-                    _ => 0,
-                };
-                out.push(rev);
+            let success = chunk.iter().map(|k| RequestOp::get(k.as_str())).collect();
+            let resp =
+                self.shared.call(c.txn(TxnRequest { compare: Vec::new(), success, failure: Vec::new() })).await?;
+            for r in &resp.responses {
+                out.push(r.range().and_then(|g| g.kvs.first()).map_or(0, |kv| kv.create_revision));
             }
         }
         Ok(out)
@@ -135,27 +125,23 @@ impl EtcdSession {
         let pfx = prefix(&req.name);
         let mut c = self.shared.client().await?;
         let oldest = || {
-            TxnOp::get(
-                pfx.as_str(),
-                Some(GetOptions::new().with_prefix().with_sort(SortTarget::Create, SortOrder::Ascend).with_limit(1)),
-            )
+            RequestOp::range(RangeRequest { limit: 1, ..prefix_range(pfx.clone().into_bytes()) }.sorted_by_create(true))
         };
         let mut attempts = 0;
         let (my_rev, owner_rev) = loop {
-            let txn = Txn::new()
-                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(key.as_str(), "", Some(PutOptions::new().with_lease(self.lease))), oldest()])
-                .or_else([TxnOp::get(key.as_str(), None), oldest()]);
+            let txn = TxnRequest {
+                compare: vec![Compare::create_revision_is(key.as_str(), 0)],
+                success: vec![RequestOp::put(key.as_str(), "", self.lease), oldest()],
+                failure: vec![RequestOp::get(key.as_str()), oldest()],
+            };
             pending.sent = true;
             let resp = self.shared.call(c.txn(txn)).await?;
-            let ops = resp.op_responses();
-            let owner_rev = match ops.get(1) {
-                Some(TxnOpResponse::Get(g)) => g.kvs().first().map(|kv| kv.create_revision()),
-                _ => return Err(Error::Protocol("etcd: unexpected txn answer".into())),
+            let owner_rev = match resp.responses.get(1).and_then(|r| r.range()) {
+                Some(g) => g.kvs.first().map(|kv| kv.create_revision),
+                None => return Err(Error::Protocol("etcd: unexpected txn answer".into())),
             };
-            if resp.succeeded() {
-                let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-                break (rev, owner_rev);
+            if resp.succeeded {
+                break (ResponseHeader::revision_of(resp.header.as_ref()), owner_rev);
             }
             // A key of ours left over from an attempt whose cleanup failed: delete it and start
             // afresh, so every grant gets a new create revision (a new token).
@@ -176,8 +162,8 @@ impl EtcdSession {
         }
         self.wait_deletes(&pfx, my_rev - 1).await?;
         // etcd#11456: our lease may have expired while we waited, taking our key with it.
-        let g = self.shared.call(c.get(key.as_str(), None)).await?;
-        if g.kvs().first().map(|kv| kv.create_revision()) != Some(my_rev) {
+        let g = self.shared.call(c.get(key.as_str())).await?;
+        if g.kvs.first().map(|kv| kv.create_revision) != Some(my_rev) {
             pending.sent = false;
             return Err(Error::SessionExpired);
         }
@@ -189,24 +175,19 @@ impl EtcdSession {
     async fn wait_deletes(&self, pfx: &str, max_rev: i64) -> Result<()> {
         let mut c = self.shared.client().await?;
         loop {
-            let opts = GetOptions::new()
-                .with_prefix()
-                .with_sort(SortTarget::Create, SortOrder::Descend)
-                .with_limit(1)
-                .with_max_create_revision(max_rev);
-            let resp = self.shared.call(c.get(pfx, Some(opts))).await?;
-            let Some(last) = resp.kvs().first() else { return Ok(()) };
-            let last_key = last.key().to_vec();
-            let rev = resp.header().map(|h| h.revision()).unwrap_or(0);
-            let mut stream =
-                self.shared.call(c.watch(last_key, Some(WatchOptions::new().with_start_revision(rev + 1)))).await?;
+            let req = RangeRequest { limit: 1, max_create_revision: max_rev, ..prefix_range(pfx.as_bytes().to_vec()) }
+                .sorted_by_create(false);
+            let resp = self.shared.call(c.range(req)).await?;
+            let Some(last) = resp.kvs.first() else { return Ok(()) };
+            let rev = ResponseHeader::revision_of(resp.header.as_ref());
+            let mut stream = self.shared.call(c.watch(last.key.clone(), rev + 1)).await?;
             loop {
                 let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
                 let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
-                if msg.canceled() {
+                if msg.canceled {
                     break;
                 }
-                if msg.events().iter().any(|e| e.event_type() == EventType::Delete) {
+                if msg.events.iter().any(|e| e.r#type() == EventType::Delete) {
                     break;
                 }
             }
@@ -223,12 +204,12 @@ impl EtcdSession {
 
 async fn delete_own(shared: &Shared, lease: i64, key: &str, rev: Option<i64>) -> Result<bool> {
     let cmp = match rev {
-        Some(r) => Compare::create_revision(key, CompareOp::Equal, r),
-        None => Compare::lease(key, CompareOp::Equal, lease),
+        Some(r) => Compare::create_revision_is(key, r),
+        None => Compare::lease_is(key, lease),
     };
     let mut c = shared.client().await?;
-    let resp = shared.call(c.txn(Txn::new().when([cmp]).and_then([TxnOp::delete(key, None)]))).await?;
-    Ok(resp.succeeded())
+    let txn = TxnRequest { compare: vec![cmp], success: vec![RequestOp::delete(key)], failure: Vec::new() };
+    Ok(shared.call(c.txn(txn)).await?.succeeded)
 }
 
 /// An acquisition in flight: if dropped while armed (cancelled or failed), deletes our key in

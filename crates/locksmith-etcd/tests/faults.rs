@@ -8,8 +8,8 @@ use locksmith_testkit::EtcdServer;
 
 const TTL: Duration = Duration::from_secs(5);
 
-async fn etcd(server: &EtcdServer) -> etcd_client::Client {
-    etcd_client::Client::connect([format!("http://{}", server.endpoint())], None).await.unwrap()
+async fn etcd(server: &EtcdServer) -> locksmith_etcd::raw::Client {
+    locksmith_etcd::raw::Client::connect(&[format!("http://{}", server.endpoint())]).await.unwrap()
 }
 
 /// etcd#11456: a waiter whose lease is revoked while it waits never reports a grant once the
@@ -50,8 +50,8 @@ async fn key_deleted_by_a_third_party_fires_lost() {
     let a = locksmith::connect_with_ttl(&server.url(), Duration::from_secs(3)).await.unwrap();
     let g = a.lock("deleted").await.unwrap();
     let key = format!("deleted/{}", a.session_id().await.unwrap());
-    let resp = etcd(&server).await.delete(key.as_str(), None).await.unwrap();
-    assert_eq!(resp.deleted(), 1, "the key {key} is not in Go's layout");
+    let resp = etcd(&server).await.delete(key.as_str()).await.unwrap();
+    assert_eq!(resp.deleted, 1, "the key {key} is not in Go's layout");
     tokio::time::timeout(Duration::from_secs(3), g.lost()).await.expect("lost() did not fire");
     assert!(!g.is_held());
     // The session itself is fine: the same client can take the lock again.

@@ -3,7 +3,6 @@
 
 use std::time::Duration;
 
-use etcd_client::PutOptions;
 use locksmith_testkit::EtcdServer;
 
 const TTL: Duration = Duration::from_secs(5);
@@ -23,10 +22,10 @@ async fn status_lists_held_and_awaited_locks_and_nothing_else() {
         let b = b.clone();
         tokio::spawn(async move { b.lock("jobs/nightly").await })
     };
-    let mut raw = etcd_client::Client::connect([format!("http://{}", server.endpoint())], None).await.unwrap();
-    raw.put("config/abc", "no lease", None).await.unwrap();
-    let lease = raw.lease_grant(30, None).await.unwrap().id();
-    raw.put("leased/ffff", "", Some(PutOptions::new().with_lease(lease))).await.unwrap();
+    let mut raw = locksmith_etcd::raw::Client::connect(&[format!("http://{}", server.endpoint())]).await.unwrap();
+    raw.put("config/abc", "no lease", 0).await.unwrap();
+    let lease = raw.lease_grant(30).await.unwrap().id;
+    raw.put("leased/ffff", "", lease).await.unwrap();
 
     let mut list = a.status(None).await.unwrap();
     for _ in 0..200 {

@@ -76,8 +76,7 @@ async fn timed(recipe: &mut Recipe, duration: Duration) -> Result<Run, Failure> 
 /// An open connection and what one cycle needs.
 enum Recipe {
     Redis { conn: redis::aio::MultiplexedConnection, key: String, ttl_ms: u64, unlock: redis::Script },
-    // Boxed: the etcd client is some 3.5 kB, the other variants a few hundred bytes.
-    Etcd { client: Box<etcd_client::Client>, key: String, lease: i64 },
+    Etcd { client: locksmith_etcd::raw::Client, key: String, lease: i64 },
     Zk { client: zookeeper_client::Client, path: String },
     Postgres { conn: sqlx::PgConnection },
     MySql { conn: sqlx::MySqlConnection, name: String },
@@ -108,14 +107,16 @@ impl Recipe {
                 let _: i64 = unlock.key(&*key).arg("bench").invoke_async(conn).await.map_err(backend("redis"))?;
             }
             Self::Etcd { client, key, lease } => {
-                use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
-                let txn = Txn::new()
-                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                    .and_then([TxnOp::put(key.as_str(), "bench", Some(PutOptions::new().with_lease(*lease)))]);
-                if !client.txn(txn).await.map_err(backend("etcd"))?.succeeded() {
+                use locksmith_etcd::raw::pb::{Compare, RequestOp, TxnRequest};
+                let txn = TxnRequest {
+                    compare: vec![Compare::create_revision_is(key.as_str(), 0)],
+                    success: vec![RequestOp::put(key.as_str(), "bench", *lease)],
+                    failure: Vec::new(),
+                };
+                if !client.txn(txn).await.map_err(backend("etcd"))?.succeeded {
                     return Err(taken("the txn"));
                 }
-                client.delete(key.as_str(), None).await.map_err(backend("etcd"))?;
+                client.delete(key.as_str()).await.map_err(backend("etcd"))?;
             }
             Self::Zk { client, path } => {
                 let opts = zookeeper_client::CreateMode::Ephemeral.with_acls(zookeeper_client::Acls::anyone_all());
@@ -205,10 +206,10 @@ async fn redis(url: &str, name: &str, ttl: Duration) -> Result<Recipe, Failure> 
 
 async fn etcd(url: &str, name: &str, ttl: Duration) -> Result<Recipe, Failure> {
     let endpoints: Vec<String> = hosts(url).split(',').map(|h| format!("http://{h}")).collect();
-    let mut client = etcd_client::Client::connect(endpoints, None).await.map_err(backend("etcd"))?;
+    let mut client = locksmith_etcd::raw::Client::connect(&endpoints).await.map_err(backend("etcd"))?;
     let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
-    let lease = client.lease_grant(secs, None).await.map_err(backend("etcd"))?.id();
-    Ok(Recipe::Etcd { client: Box::new(client), key: format!("{name}-raw"), lease })
+    let lease = client.lease_grant(secs).await.map_err(backend("etcd"))?.id;
+    Ok(Recipe::Etcd { client, key: format!("{name}-raw"), lease })
 }
 
 async fn zk(url: &str, name: &str) -> Result<Recipe, Failure> {

@@ -1,0 +1,388 @@
+//! A thin etcd v3 client over the gRPC stubs generated from the project's own
+//! `proto/etcd.proto` (compiled by protox: no system `protoc`).
+//!
+//! It offers exactly what the driver, its tests and `locksmith bench`'s raw-recipe baseline
+//! need: ranges, puts, deletes, transactions, one-key watches and leases. Every call is a plain
+//! tonic call on a shared channel; bounding them in time is the caller's business.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use locksmith_etcd::raw::Client;
+//!
+//! let mut c = Client::connect(&["http://127.0.0.1:2379".to_string()]).await?;
+//! let lease = c.lease_grant(10).await?.id;
+//! c.put("jobs/nightly/owner", "me", lease).await?;
+//! let kvs = c.get_prefix("jobs/").await?.kvs;
+//! assert_eq!(kvs.len(), 1);
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Status, Streaming};
+
+/// The generated message types and stubs (package `etcdserverpb`).
+#[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("etcdserverpb");
+}
+
+use pb::compare::{CompareResult, CompareTarget, TargetUnion};
+use pb::kv_client::KvClient;
+use pb::lease_client::LeaseClient;
+use pb::range_request::{SortOrder, SortTarget};
+use pb::request_op::Request;
+use pb::watch_client::WatchClient;
+use pb::{
+    Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest, TxnResponse,
+    WatchCreateRequest, WatchRequest, WatchResponse,
+};
+
+/// How long connecting to one endpoint may take.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A connection to an etcd cluster: one gRPC channel over its endpoints. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Client {
+    channel: Channel,
+}
+
+impl Client {
+    /// Connects to `endpoints` (`http://host:port`). At least one endpoint must accept a
+    /// connection now, so an unreachable cluster fails here and fast; with several endpoints
+    /// the channel then balances over all of them and reconnects on its own.
+    ///
+    /// # Errors
+    /// The last endpoint's connection error, or an invalid endpoint.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is left behind.
+    pub async fn connect(endpoints: &[String]) -> Result<Self, tonic::transport::Error> {
+        let mut list = Vec::with_capacity(endpoints.len());
+        for e in endpoints {
+            list.push(
+                Endpoint::from_shared(e.clone())?
+                    .connect_timeout(CONNECT_TIMEOUT)
+                    .tcp_nodelay(true)
+                    .http2_keep_alive_interval(Duration::from_secs(2))
+                    .keep_alive_timeout(Duration::from_secs(2)),
+            );
+        }
+        let n = list.len();
+        for (i, ep) in list.iter().enumerate() {
+            match ep.connect().await {
+                Ok(channel) if n == 1 => return Ok(Self { channel }),
+                Ok(_) => return Ok(Self { channel: Channel::balance_list(list.into_iter()) }),
+                Err(e) if i + 1 == n => return Err(e),
+                Err(_) => {}
+            }
+        }
+        // No endpoint at all: the empty endpoint does not parse, which says so.
+        Endpoint::from_shared(String::new()).map(|ep| Self { channel: ep.connect_lazy() })
+    }
+
+    /// Reads the keys in `req`'s range.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn range(&mut self, req: RangeRequest) -> Result<RangeResponse, Status> {
+        Ok(KvClient::new(self.channel.clone()).range(req).await?.into_inner())
+    }
+
+    /// Reads one key.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn get(&mut self, key: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
+        self.range(RangeRequest { key: key.into(), ..Default::default() }).await
+    }
+
+    /// Reads every key under `prefix`, oldest create revision first.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn get_prefix(&mut self, prefix: impl Into<Vec<u8>>) -> Result<RangeResponse, Status> {
+        self.range(prefix_range(prefix.into()).sorted_by_create(true)).await
+    }
+
+    /// Writes `key` = `value`, attached to `lease` (0: none).
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the put may or may not have happened.
+    pub async fn put(
+        &mut self,
+        key: impl Into<Vec<u8>>,
+        value: impl Into<Vec<u8>>,
+        lease: i64,
+    ) -> Result<pb::PutResponse, Status> {
+        let req = PutRequest { key: key.into(), value: value.into(), lease };
+        Ok(KvClient::new(self.channel.clone()).put(req).await?.into_inner())
+    }
+
+    /// Deletes one key; the answer counts the keys deleted.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the delete may or may not have happened.
+    pub async fn delete(&mut self, key: impl Into<Vec<u8>>) -> Result<pb::DeleteRangeResponse, Status> {
+        let req = DeleteRangeRequest { key: key.into(), range_end: Vec::new() };
+        Ok(KvClient::new(self.channel.clone()).delete_range(req).await?.into_inner())
+    }
+
+    /// Runs a transaction.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the transaction may or may not have been applied.
+    pub async fn txn(&mut self, txn: TxnRequest) -> Result<TxnResponse, Status> {
+        Ok(KvClient::new(self.channel.clone()).txn(txn).await?.into_inner())
+    }
+
+    /// Watches one key from `start_revision` (inclusive) on a stream of its own.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the watcher ends its stream.
+    pub async fn watch(&mut self, key: impl Into<Vec<u8>>, start_revision: i64) -> Result<Watcher, Status> {
+        let (tx, rx) = mpsc::channel(1);
+        let create = WatchCreateRequest { key: key.into(), range_end: Vec::new(), start_revision };
+        let req = WatchRequest { request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)) };
+        tx.try_send(req).map_err(|_| Status::internal("watch request queue is full"))?;
+        let stream = WatchClient::new(self.channel.clone()).watch(ReceiverStream::new(rx)).await?.into_inner();
+        Ok(Watcher { _requests: tx, stream })
+    }
+
+    /// Grants a lease of `ttl_secs` seconds.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: an unused lease expires after its TTL.
+    pub async fn lease_grant(&mut self, ttl_secs: i64) -> Result<pb::LeaseGrantResponse, Status> {
+        let req = pb::LeaseGrantRequest { ttl: ttl_secs, id: 0 };
+        Ok(LeaseClient::new(self.channel.clone()).lease_grant(req).await?.into_inner())
+    }
+
+    /// Revokes a lease, deleting every key attached to it.
+    ///
+    /// # Errors
+    /// The call's status (`NOT_FOUND` when the lease is already gone).
+    ///
+    /// # Cancel safety
+    /// Cancel safe in effect: the lease expires anyway.
+    pub async fn lease_revoke(&mut self, id: i64) -> Result<pb::LeaseRevokeResponse, Status> {
+        let req = pb::LeaseRevokeRequest { id };
+        Ok(LeaseClient::new(self.channel.clone()).lease_revoke(req).await?.into_inner())
+    }
+
+    /// The time a lease has left (`ttl` −1: the lease does not exist).
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn lease_time_to_live(&mut self, id: i64) -> Result<pb::LeaseTimeToLiveResponse, Status> {
+        let req = pb::LeaseTimeToLiveRequest { id, keys: false };
+        Ok(LeaseClient::new(self.channel.clone()).lease_time_to_live(req).await?.into_inner())
+    }
+
+    /// Opens a keep-alive stream for lease `id`: each [`KeepAliveStream::renew`] is one request
+    /// and its answer. The first request is sent with the opening (etcd answers the call only
+    /// once it has a message to answer), and is answered to the first `renew`.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the stream ends it.
+    pub async fn lease_keep_alive(&mut self, id: i64) -> Result<KeepAliveStream, Status> {
+        let (tx, rx) = mpsc::channel(1);
+        tx.try_send(pb::LeaseKeepAliveRequest { id }).map_err(|_| Status::internal("keep-alive queue is full"))?;
+        let stream =
+            LeaseClient::new(self.channel.clone()).lease_keep_alive(ReceiverStream::new(rx)).await?.into_inner();
+        Ok(KeepAliveStream { id, requests: tx, stream, first_sent: true })
+    }
+}
+
+/// One watch on a stream of its own. The request side stays open while this lives (etcd ends
+/// every watch of a stream whose client half-closes).
+#[derive(Debug)]
+pub struct Watcher {
+    _requests: mpsc::Sender<WatchRequest>,
+    stream: Streaming<WatchResponse>,
+}
+
+impl Watcher {
+    /// The next answer: the creation notice, events, or a cancellation; `None` when the
+    /// server ended the stream.
+    ///
+    /// # Errors
+    /// The stream's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a message not yet received stays in the stream.
+    pub async fn message(&mut self) -> Result<Option<WatchResponse>, Status> {
+        self.stream.message().await
+    }
+}
+
+/// A lease keep-alive stream.
+#[derive(Debug)]
+pub struct KeepAliveStream {
+    id: i64,
+    requests: mpsc::Sender<pb::LeaseKeepAliveRequest>,
+    stream: Streaming<pb::LeaseKeepAliveResponse>,
+    /// The request sent with the opening is not answered yet.
+    first_sent: bool,
+}
+
+impl KeepAliveStream {
+    /// Sends one keep-alive and reads its answer (`ttl` ≤ 0: the lease is gone); `None` when
+    /// the server ended the stream.
+    ///
+    /// # Errors
+    /// The stream's status.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: an answer to a cancelled call would be read by the next one. Drop the
+    /// stream after a cancellation.
+    pub async fn renew(&mut self) -> Result<Option<pb::LeaseKeepAliveResponse>, Status> {
+        if !std::mem::take(&mut self.first_sent) {
+            self.requests
+                .send(pb::LeaseKeepAliveRequest { id: self.id })
+                .await
+                .map_err(|_| Status::unavailable("keep-alive stream closed"))?;
+        }
+        self.stream.message().await
+    }
+}
+
+/// The smallest key greater than every key starting with `prefix` (etcd's prefix range end):
+/// the prefix with its last byte below 0xff incremented and what follows dropped; `"\0"` (no
+/// upper bound) when every byte is 0xff or the prefix is empty.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+/// A range over every key that starts with `prefix` (every key when it is empty).
+pub fn prefix_range(prefix: Vec<u8>) -> RangeRequest {
+    let range_end = prefix_end(&prefix);
+    let key = if prefix.is_empty() { vec![0] } else { prefix };
+    RangeRequest { key, range_end, ..Default::default() }
+}
+
+impl RangeRequest {
+    /// Sorted by create revision, oldest first (`ascending`) or newest first.
+    #[must_use]
+    pub fn sorted_by_create(mut self, ascending: bool) -> Self {
+        self.set_sort_target(SortTarget::Create);
+        self.set_sort_order(if ascending { SortOrder::Ascend } else { SortOrder::Descend });
+        self
+    }
+}
+
+impl Compare {
+    /// `create_revision(key) == rev` (0: the key does not exist).
+    pub fn create_revision_is(key: impl Into<Vec<u8>>, rev: i64) -> Self {
+        Self {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Create as i32,
+            key: key.into(),
+            target_union: Some(TargetUnion::CreateRevision(rev)),
+        }
+    }
+
+    /// `lease(key) == lease`.
+    pub fn lease_is(key: impl Into<Vec<u8>>, lease: i64) -> Self {
+        Self {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Lease as i32,
+            key: key.into(),
+            target_union: Some(TargetUnion::Lease(lease)),
+        }
+    }
+}
+
+impl RequestOp {
+    /// A read inside a transaction.
+    pub fn range(req: RangeRequest) -> Self {
+        Self { request: Some(Request::RequestRange(req)) }
+    }
+
+    /// A read of one key inside a transaction.
+    pub fn get(key: impl Into<Vec<u8>>) -> Self {
+        Self::range(RangeRequest { key: key.into(), ..Default::default() })
+    }
+
+    /// A put inside a transaction.
+    pub fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) -> Self {
+        Self { request: Some(Request::RequestPut(PutRequest { key: key.into(), value: value.into(), lease })) }
+    }
+
+    /// A delete of one key inside a transaction.
+    pub fn delete(key: impl Into<Vec<u8>>) -> Self {
+        Self {
+            request: Some(Request::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end: Vec::new() })),
+        }
+    }
+}
+
+impl pb::ResponseOp {
+    /// The keys read, when this answers a range.
+    pub fn range(&self) -> Option<&RangeResponse> {
+        match &self.response {
+            Some(pb::response_op::Response::ResponseRange(r)) => Some(r),
+            _ => None,
+        }
+    }
+}
+
+impl pb::ResponseHeader {
+    /// The revision of an optional header (0 when absent).
+    pub fn revision_of(h: Option<&Self>) -> i64 {
+        h.map_or(0, |h| h.revision)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends_are_the_next_key_after_every_prefixed_key() {
+        assert_eq!(prefix_end(b"jobs/"), b"jobs0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), vec![0]);
+        assert_eq!(prefix_end(b""), vec![0]);
+    }
+}

@@ -10,9 +10,13 @@ use crate::exit;
 
 /// Arguments of `locksmith serve`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  locksmith serve                                   # 127.0.0.1:7531, data in ./locksmith-data
+  locksmith serve --listen localhost:7600 --data-dir /var/lib/locksmith
+  locksmith serve --durability leases               # no disk wait per grant (see README)")]
 pub struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, default_value = "127.0.0.1:7531")]
+    /// Address to listen on: `HOST:PORT` (an IP address or a name such as `localhost`).
+    #[arg(long, default_value = "127.0.0.1:7531", value_parser = listen_arg)]
     pub listen: SocketAddr,
     /// Data directory (created if missing; one server per directory).
     #[arg(long, default_value = "./locksmith-data")]
@@ -23,6 +27,26 @@ pub struct ServeArgs {
     /// unavailable for the longest TTL + lock-delay in use).
     #[arg(long, value_enum, default_value_t = DurabilityArg::Grants)]
     pub durability: DurabilityArg,
+}
+
+/// Parses `--listen`: `HOST:PORT` or `[IPv6]:PORT`; a name is resolved (IPv4 first), and a
+/// bad port is named as such.
+fn listen_arg(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let (host, port) = s.rsplit_once(':').ok_or_else(|| format!("{s:?} is not HOST:PORT, e.g. 127.0.0.1:7531"))?;
+    let port: u16 = port.parse().map_err(|_| format!("{port:?} is not a port number (0-65535) in {s:?}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = std::net::ToSocketAddrs::to_socket_addrs(&(host, port))
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+        .ok_or_else(|| format!("{host:?} has no address"))
 }
 
 /// `--durability` values.
@@ -73,5 +97,20 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = term.recv() => tracing::info!("SIGTERM received"),
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::listen_arg;
+
+    #[test]
+    fn listen_addresses_take_names_and_refuse_bad_ports() {
+        assert_eq!(listen_arg("127.0.0.1:7531").unwrap().to_string(), "127.0.0.1:7531");
+        assert_eq!(listen_arg("localhost:7000").unwrap().port(), 7000);
+        assert!(listen_arg("localhost:7000").unwrap().ip().is_loopback());
+        assert_eq!(listen_arg("[::1]:80").unwrap().to_string(), "[::1]:80");
+        assert!(listen_arg("127.0.0.1:99999").unwrap_err().contains("not a port number"));
+        assert!(listen_arg("7531").unwrap_err().contains("HOST:PORT"));
     }
 }

@@ -11,6 +11,10 @@ use crate::exit;
 
 /// Arguments of `locksmith sql`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  locksmith sql schema --db postgres > locksmith.sql  # the DDL, for a migration tool
+  locksmith sql init postgres://app@db.internal/app    # create the missing tables now
+  locksmith sql init sqlite:///var/lib/app/locks.db")]
 pub struct SqlArgs {
     /// What to do.
     #[command(subcommand)]

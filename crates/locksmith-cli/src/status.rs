@@ -3,12 +3,20 @@
 use std::process::ExitCode;
 
 use clap::Args;
+use locksmith::LockStatus;
 use serde_json::json;
 
 use crate::exit;
 
 /// Arguments of `locksmith status`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  locksmith status                          # every lock with a holder or waiters
+  locksmith status nightly-report --json    # one lock as a JSON object
+  locksmith status --backend redis://127.0.0.1:6379
+
+A '-' is a value the backend cannot tell (e.g. ZooKeeper does not show a session's time left,
+SQLite's waiters poll and are not counted).")]
 pub struct StatusArgs {
     /// One lock (all known locks when omitted).
     pub name: Option<String>,
@@ -34,23 +42,12 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         Err(e) => return exit::report("status", &e),
     };
     if args.json {
-        let rows: Vec<_> = locks
-            .iter()
-            .map(|l| {
-                json!({
-                    "name": l.name,
-                    "held": l.holder.is_some(),
-                    "holder_session": l.holder.as_ref().map(|h| h.session.clone()),
-                    "holder_owner": l.holder.as_ref().map(|h| h.owner.clone()),
-                    "token": l.holder.as_ref().map(|h| h.token),
-                    "ttl_left_ms": l.holder.as_ref().map(|h| h.ttl_left.as_millis() as u64),
-                    "waiters": l.waiters,
-                    "last_token": l.last_token,
-                    "lock_delay_left_ms": l.lock_delay_left.map(|d| d.as_millis() as u64),
-                })
-            })
-            .collect();
-        let out = if args.name.is_some() { rows.into_iter().next().unwrap_or(json!(null)) } else { json!(rows) };
+        let rows: Vec<_> = locks.iter().map(json_row).collect();
+        let out = match &args.name {
+            // One lock is always an object, also one never locked.
+            Some(n) => rows.into_iter().next().unwrap_or_else(|| json_row(&LockStatus::new(n.clone(), None, 0, 0))),
+            None => json!(rows),
+        };
         println!("{out}");
         return ExitCode::SUCCESS;
     }
@@ -61,26 +58,63 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    println!(
-        "{:<32} {:<8} {:<18} {:>10} {:>8} {:>10}",
-        "LOCK", "STATE", "HOLDER SESSION", "TOKEN", "WAITERS", "TTL LEFT"
-    );
-    for l in &locks {
-        match &l.holder {
-            Some(h) => println!(
-                "{:<32} {:<8} {:<18} {:>10} {:>8} {:>10}",
-                l.name,
-                "held",
-                h.session,
-                h.token,
-                l.waiters,
-                format!("{}ms", h.ttl_left.as_millis())
-            ),
-            None => {
-                let state = if l.lock_delay_left.is_some() { "delayed" } else { "free" };
-                println!("{:<32} {:<8} {:<18} {:>10} {:>8} {:>10}", l.name, state, "-", l.last_token, l.waiters, "-");
-            }
+    let rows: Vec<[String; 7]> = locks.iter().map(table_row).collect();
+    let header = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for r in &rows {
+        for (w, cell) in widths.iter_mut().zip(r) {
+            *w = (*w).max(cell.chars().count());
         }
     }
+    for r in std::iter::once(&header).chain(&rows) {
+        let line: Vec<String> = r
+            .iter()
+            .zip(widths)
+            .enumerate()
+            .map(|(i, (cell, w))| if i >= 4 { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
     ExitCode::SUCCESS
+}
+
+/// `-` for what the backend cannot tell.
+fn or_dash<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map_or_else(|| "-".to_string(), f)
+}
+
+fn table_row(l: &LockStatus) -> [String; 7] {
+    let waiters = or_dash(l.waiters, |w| w.to_string());
+    match &l.holder {
+        Some(h) => [
+            l.name.clone(),
+            "held".into(),
+            h.owner.clone(),
+            h.session.clone(),
+            h.token.to_string(),
+            waiters,
+            or_dash(h.ttl_left, locksmith::format_duration),
+        ],
+        None => {
+            let state = match l.lock_delay_left {
+                Some(d) => format!("delayed {}", locksmith::format_duration(d)),
+                None => "free".into(),
+            };
+            [l.name.clone(), state, "-".into(), "-".into(), l.last_token.to_string(), waiters, "-".into()]
+        }
+    }
+}
+
+fn json_row(l: &LockStatus) -> serde_json::Value {
+    json!({
+        "name": l.name,
+        "held": l.holder.is_some(),
+        "holder_session": l.holder.as_ref().map(|h| h.session.clone()),
+        "holder_owner": l.holder.as_ref().map(|h| h.owner.clone()),
+        "token": l.holder.as_ref().map(|h| h.token),
+        "ttl_left_ms": l.holder.as_ref().and_then(|h| h.ttl_left).map(|d| d.as_millis() as u64),
+        "waiters": l.waiters,
+        "last_token": l.last_token,
+        "lock_delay_left_ms": l.lock_delay_left.map(|d| d.as_millis() as u64),
+    })
 }

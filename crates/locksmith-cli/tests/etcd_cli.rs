@@ -155,12 +155,12 @@ async fn waiter_paused_past_its_ttl_never_runs_under_another_holder() {
         .spawn()
         .unwrap();
     for _ in 0..500 {
-        if a.status(Some("paused-waiter")).await.unwrap()[0].waiters == 1 {
+        if a.status(Some("paused-waiter")).await.unwrap()[0].waiters == Some(1) {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert_eq!(a.status(Some("paused-waiter")).await.unwrap()[0].waiters, 1, "the waiter never queued");
+    assert_eq!(a.status(Some("paused-waiter")).await.unwrap()[0].waiters, Some(1), "the waiter never queued");
     let pid = nix::unistd::Pid::from_raw(waiter.id() as i32);
     let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP);
     tokio::time::sleep(Duration::from_millis(2500)).await;

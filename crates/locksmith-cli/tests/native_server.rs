@@ -157,6 +157,7 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         (vec!["run", "x", "--backend", &url], "put `--` before the command"),
         (vec!["run", "x", "--backend", &url, "echo", "hi"], "put `--` before the command"),
         (vec!["status", "--backend", "nonsense"], "expected scheme"),
+        (vec!["serve", "--listen", "127.0.0.1:99999"], "\"99999\" is not a port number"),
     ] {
         let o = locksmith(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));
@@ -165,6 +166,27 @@ fn bad_arguments_exit_2_with_a_clear_message() {
     let long = "x".repeat(257);
     let o = locksmith(&["run", &long, "--backend", &url, "--", "true"]);
     assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+}
+
+/// `status` reads as a person would write it: the holder's owner carries its host and pid,
+/// time left is `9.9s`, and `--json` of a lock never used is an object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_owner_host_and_pid_and_human_durations() {
+    let server = server();
+    let url = server.url();
+    let c = locksmith::connect(&url).await.unwrap();
+    let g = c.lock("report").await.unwrap();
+    let o = locksmith(&["status", "--backend", &url]);
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let row = out.lines().find(|l| l.starts_with("report")).unwrap_or_else(|| panic!("{out}"));
+    assert!(row.contains(&format!("/{}/", std::process::id())), "owner without this pid: {out}");
+    let left = row.split_whitespace().last().unwrap_or_default();
+    assert!(left.ends_with('s') && !left.ends_with("ms") && left.len() <= 4, "time left {left:?}: {out}");
+    let o = locksmith(&["status", "never-used", "--json", "--backend", &url]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(v.is_object(), "{v}");
+    assert_eq!((v["name"].as_str(), v["held"].as_bool()), (Some("never-used"), Some(false)), "{v}");
+    assert!(g.unlock().await.unwrap());
 }
 
 /// An unreachable server is reported as such (exit 69) and quickly; nothing runs.

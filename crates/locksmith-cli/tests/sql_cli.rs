@@ -158,3 +158,22 @@ fn sql_commands_refuse_bad_input_with_the_usage_exit_code() {
         assert!(!err.is_empty(), "{args:?}: no message");
     }
 }
+
+/// A database that refuses connections is "unreachable" (exit 69, naming the refusal), not a
+/// lock wait that timed out (75), even with a short `--timeout`; nothing runs.
+#[test]
+fn a_refused_database_connection_exits_69_not_75() {
+    for scheme in ["postgres", "mysql"] {
+        let url = format!("{scheme}://locksmith@127.0.0.1:{}/locks", locksmith_testkit::free_port());
+        let o = Command::new(BIN)
+            .args(["run", "refused", "--backend", &url, "--timeout", "1s", "--", "echo", "ran"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(69), "{scheme}: {err}");
+        assert!(err.to_lowercase().contains("connection refused"), "{scheme}: {err}");
+        assert_eq!(err.to_lowercase().matches("connection refused").count(), 1, "said more than once: {err}");
+        assert!(o.stdout.is_empty(), "the command ran");
+    }
+}

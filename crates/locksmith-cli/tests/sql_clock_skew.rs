@@ -89,7 +89,8 @@ async fn ttl_left(url: &str) -> Duration {
     let c = locksmith::connect(url).await.unwrap();
     let st = c.status(Some(NAME)).await.unwrap();
     c.close().await;
-    st.first().and_then(|s| s.holder.clone()).unwrap_or_else(|| panic!("no holder in {st:?}")).ttl_left
+    let holder = st.first().and_then(|s| s.holder.clone()).unwrap_or_else(|| panic!("no holder in {st:?}"));
+    holder.ttl_left.unwrap_or_else(|| panic!("the lease table knows the time left: {holder:?}"))
 }
 
 /// A holder skewed by `holder_skew` stops renewing; a contender (in this process, or a

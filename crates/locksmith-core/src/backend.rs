@@ -137,8 +137,9 @@ pub struct LockStatus {
     pub name: String,
     /// Current holder, if any.
     pub holder: Option<HolderStatus>,
-    /// Number of queued waiters.
-    pub waiters: u64,
+    /// Number of queued waiters; `None` where the backend cannot see its waiters (e.g. SQLite,
+    /// whose waiters poll).
+    pub waiters: Option<u64>,
     /// The last token issued for this lock (0 if none).
     pub last_token: u64,
     /// Time left of a lock-delay, if one is running.
@@ -155,14 +156,26 @@ pub struct HolderStatus {
     pub owner: String,
     /// Holder's fencing token.
     pub token: u64,
-    /// Time until the holder's session expires unless renewed.
-    pub ttl_left: Duration,
+    /// Time until the holder's session expires unless renewed; `None` where other clients cannot
+    /// see it (ZooKeeper sessions).
+    pub ttl_left: Option<Duration>,
 }
 
 impl LockStatus {
     /// A status record.
     pub fn new(name: String, holder: Option<HolderStatus>, waiters: u64, last_token: u64) -> Self {
-        Self { name, holder, waiters, last_token, lock_delay_left: None }
+        Self { name, holder, waiters: Some(waiters), last_token, lock_delay_left: None }
+    }
+
+    /// With the number of waiters unknown to this backend.
+    pub fn waiters_unknown(mut self) -> Self {
+        self.waiters = None;
+        self
+    }
+
+    /// The number of waiters, 0 when unknown (for code that only asks "anyone waiting?").
+    pub fn waiters_or_zero(&self) -> u64 {
+        self.waiters.unwrap_or(0)
     }
 
     /// With a running lock-delay.
@@ -175,6 +188,12 @@ impl LockStatus {
 impl HolderStatus {
     /// A holder record.
     pub fn new(session: String, owner: String, token: u64, ttl_left: Duration) -> Self {
-        Self { session, owner, token, ttl_left }
+        Self { session, owner, token, ttl_left: Some(ttl_left) }
+    }
+
+    /// With the time left unknown to other clients.
+    pub fn ttl_left_unknown(mut self) -> Self {
+        self.ttl_left = None;
+        self
     }
 }

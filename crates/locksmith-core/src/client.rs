@@ -56,6 +56,19 @@ impl Drop for SlotCleanup<'_> {
     }
 }
 
+/// This client's part of anonymous owner ids: `<host>/<pid>/<random>`, so that `status` shows
+/// operators which machine and process holds a lock (where the backend stores owners).
+fn client_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_default();
+    let host: String =
+        host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')).take(64).collect();
+    let host = if host.is_empty() { "host".to_string() } else { host };
+    format!("{host}/{}/{:08x}", std::process::id(), rand::random::<u32>())
+}
+
 /// A handle to one backend with one session (lease), cheap to clone.
 ///
 /// Every guard taken through a client is kept alive by the client's session keeper (about every
@@ -96,7 +109,7 @@ impl Client {
             inner: Arc::new(Inner {
                 backend,
                 ttl,
-                client_id: format!("{:016x}", rand::random::<u64>()),
+                client_id: client_id(),
                 next_owner: AtomicU64::new(1),
                 session: tokio::sync::Mutex::new(None),
                 slots: Arc::new(Mutex::new(HashMap::new())),

@@ -140,7 +140,7 @@ async fn client(t: &dyn Target, ttl: Duration) -> Client {
 
 async fn waiters(c: &Client, name: &str) -> u64 {
     match c.status(Some(name)).await {
-        Ok(s) => s.first().map(|l| l.waiters).unwrap_or(0),
+        Ok(s) => s.first().map(|l| l.waiters_or_zero()).unwrap_or(0),
         Err(e) => panic!("status failed: {e}"),
     }
 }
@@ -585,7 +585,7 @@ pub async fn run_reports_exit_codes_and_forwards_signals(t: &dyn Target) {
     assert_eq!(fwd.wait(Duration::from_secs(10)).code(), Some(42), "stderr: {}", fwd.stderr());
     let mut counts = HashMap::new();
     for l in a.status(Some(&name)).await.unwrap_or_default() {
-        counts.insert(l.name, l.waiters);
+        counts.insert(l.name.clone(), l.waiters_or_zero());
     }
     assert_eq!(counts.get(&name).copied().unwrap_or(0), 0);
     a.close().await;

@@ -75,5 +75,45 @@ impl Error {
     }
 }
 
+/// An error and its sources on one line, each cause said once: client libraries often repeat
+/// their source's text in their own (`tcp connect error: tcp connect error: Connection
+/// refused`), which tells a user nothing twice.
+///
+/// ```
+/// let e = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+/// assert_eq!(locksmith_core::error_chain(&e), "connection refused");
+/// ```
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    message_with_causes(&e.to_string(), e.source())
+}
+
+/// `message`, then the text of each error in the `source` chain, each distinct segment once
+/// (see [`error_chain`]); for errors whose `Display` is not their message (e.g. a gRPC status).
+///
+/// ```
+/// let cause = std::io::Error::other("tcp connect error: connection refused");
+/// assert_eq!(
+///     locksmith_core::message_with_causes("transport error", Some(&cause)),
+///     "transport error: tcp connect error: connection refused"
+/// );
+/// ```
+pub fn message_with_causes(message: &str, source: Option<&(dyn std::error::Error + 'static)>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut push = |text: String| {
+        for part in text.split(": ") {
+            if !part.is_empty() && !parts.iter().any(|p| p == part) {
+                parts.push(part.to_string());
+            }
+        }
+    };
+    push(message.to_string());
+    let mut source = source;
+    while let Some(s) = source {
+        push(s.to_string());
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
 /// Shorthand for `Result<T, locksmith_core::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -28,7 +28,7 @@ pub mod conformance;
 pub use backend::{AcquireRequest, Acquired, Backend, HolderStatus, KeepAlive, LockStatus, LostHold, Session};
 pub use backoff::Backoff;
 pub use client::Client;
-pub use error::{Error, Result};
+pub use error::{error_chain, message_with_causes, Error, Result};
 pub use guard::Guard;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use options::{

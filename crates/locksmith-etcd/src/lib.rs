@@ -5,6 +5,9 @@
 //! a 3 s connection timeout and a 3 s bound on every unary call, so an unreachable cluster gives
 //! [`Error::Unavailable`] quickly.
 //!
+//! The driver speaks etcd's v3 gRPC API through [`raw`], a thin client over stubs generated from
+//! the project's own `proto/etcd.proto` (compiled by protox): building needs no `protoc`.
+//!
 //! ## Layout: Go's `concurrency.Mutex` (`etcdctl lock`)
 //! A session is one etcd lease whose TTL is the lock TTL rounded **up** to whole seconds (etcd
 //! TTLs are seconds; minimum 1 s; the server may grant more, e.g. its minimum of 1.5 × election
@@ -24,6 +27,15 @@
 //!   `TryLock` does.
 //! - **Release** is a txn `if create_revision(key) == token then delete(key)`: never a delete by
 //!   name alone (etcd#22082); a retried release answers `false`.
+//!
+//! ## Names that are prefixes of others
+//! Go's layout finds a lock's contenders by the key prefix `NAME/`, which also covers the keys of
+//! every lock below it: lock `jobs` waits for the holder of `jobs/nightly` (whose key
+//! `jobs/nightly/<lease>` starts with `jobs/`), while `jobs/nightly` does not wait for `jobs`.
+//! This is what Go's `concurrency.Mutex` and `etcdctl lock` do, so it is kept for
+//! interoperability; `status(Some("jobs"))` then reports the blocking key (e.g.
+//! `jobs/nightly/694d…`) as the holder's owner. Give locks that must be independent names
+//! that are not path prefixes of each other.
 //!
 //! ## One lease, many holds (etcd#10756)
 //! Go's layout has one key per lease and lock name, so two holds of one session on one name
@@ -102,7 +114,7 @@ impl Shared {
             .client
             .get_or_try_init(|| async {
                 match tokio::time::timeout(CONNECT_TIMEOUT, raw::Client::connect(&self.endpoints)).await {
-                    Ok(r) => r.map_err(|e| self.unavailable(&error_chain(&e))),
+                    Ok(r) => r.map_err(|e| self.unavailable(&locksmith_core::error_chain(&e))),
                     Err(_) => Err(self.unavailable("no connection within 3 s")),
                 }
             })
@@ -132,26 +144,11 @@ impl Shared {
         } else if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled)
             || s.message().contains("transport error")
         {
-            self.unavailable(s.message())
+            self.unavailable(&locksmith_core::message_with_causes(s.message(), std::error::Error::source(&s)))
         } else {
             Error::Backend(format!("etcd {}: {}", self.url, s.message()))
         }
     }
-}
-
-/// An error and its sources on one line ("transport error: connection refused").
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        let text = s.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        source = s.source();
-    }
-    out
 }
 
 impl EtcdBackend {

@@ -89,14 +89,7 @@ impl Connector for GrpcConnector {
 
 fn status_message(s: &tonic::Status) -> String {
     // tonic puts the useful cause (connection refused…) in the source chain.
-    let mut msg = s.message().to_string();
-    let mut src = std::error::Error::source(s);
-    while let Some(e) = src {
-        msg.push_str(": ");
-        msg.push_str(&e.to_string());
-        src = e.source();
-    }
-    msg
+    locksmith_core::message_with_causes(s.message(), std::error::Error::source(s))
 }
 
 #[async_trait]

@@ -35,7 +35,7 @@ async fn plain_status_lists_every_lock_under_the_prefix_and_nothing_else() {
     assert_eq!(names(&list), ["held", "released"], "{list:?}");
     let holder = list[0].holder.as_ref().expect("held has a holder");
     assert_eq!(Some(holder.token), held.fencing_token());
-    assert!(holder.ttl_left > Duration::ZERO && holder.ttl_left <= Duration::from_secs(5), "{holder:?}");
+    assert!(holder.ttl_left.is_some_and(|t| t > Duration::ZERO && t <= Duration::from_secs(5)), "{holder:?}");
     assert!(list[1].holder.is_none(), "{:?}", list[1]);
     assert_eq!(list[1].last_token, 1);
     // Without a prefix the prefixed locks are names like any other (`app:held` is the same key).

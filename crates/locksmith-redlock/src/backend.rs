@@ -82,7 +82,8 @@ impl RedlockBackend {
             let (session, owner) = parse_value(value);
             HolderStatus::new(session, owner, 0, left)
         });
-        Ok(LockStatus::new(name.to_string(), holder, 0, 0))
+        // Redlock waiters retry on their own: none is visible to the instances.
+        Ok(LockStatus::new(name.to_string(), holder, 0, 0).waiters_unknown())
     }
 }
 

@@ -111,11 +111,12 @@ impl Backend for SqlBackend {
                 let ttl_left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
                 HolderStatus::new(session, owner, u64::try_from(token).unwrap_or(0), ttl_left)
             });
-            out.push(LockStatus::new(r.name, holder, 0, last));
+            // Waiters poll (or queue in the database's lock manager): none is visible here.
+            out.push(LockStatus::new(r.name, holder, 0, last).waiters_unknown());
         }
         if out.is_empty() {
             if let Some(name) = name {
-                out.push(LockStatus::new(name.to_string(), None, 0, 0));
+                out.push(LockStatus::new(name.to_string(), None, 0, 0).waiters_unknown());
             }
         }
         Ok(out)

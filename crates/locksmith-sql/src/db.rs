@@ -187,9 +187,10 @@ impl Db {
             }
             _ => false,
         };
+        let text = locksmith_core::error_chain(&e);
         match unavailable {
-            true => Error::Unavailable { backend: self.describe().to_string(), message: format!("{label}: {e}") },
-            false => Error::Backend(format!("{label}: {e}")),
+            true => Error::Unavailable { backend: self.describe().to_string(), message: format!("{label}: {text}") },
+            false => Error::Backend(format!("{label}: {text}")),
         }
     }
 
@@ -256,7 +257,8 @@ impl Db {
     /// without a restart).
     pub(crate) async fn pool(&self) -> Result<&Pool> {
         let pool = self.raw_pool();
-        self.schema
+        let first_use = self
+            .schema
             .get_or_try_init(|| async move {
                 if !self.config.schema_external {
                     return self.timed(move || schema::create(pool)).await;
@@ -275,8 +277,30 @@ impl Db {
                     ))),
                 }
             })
-            .await?;
-        Ok(pool)
+            .await;
+        match first_use {
+            Ok(()) => Ok(pool),
+            Err(e) => Err(self.why_unavailable(e).await),
+        }
+    }
+
+    /// The pool retries a refused connection until its acquire timeout and then says only "pool
+    /// timed out": one direct connection attempt tells the real cause (connection refused, a
+    /// wrong password, TLS required…), which also classifies it (unreachable or not).
+    async fn why_unavailable(&self, e: Error) -> Error {
+        use sqlx::ConnectOptions;
+        if !matches!(&e, Error::Unavailable { message, .. } if message.contains("pool timed out")) {
+            return e;
+        }
+        let probe = match &self.config.options {
+            Options::Postgres(o) => tokio::time::timeout(CONNECT_TIMEOUT, o.connect()).await.map(|r| r.err()),
+            Options::MySql(o) => tokio::time::timeout(CONNECT_TIMEOUT, o.connect()).await.map(|r| r.err()),
+            Options::Sqlite(_) => return e,
+        };
+        match probe {
+            Ok(Some(cause)) => self.map_err(cause),
+            _ => e,
+        }
     }
 
     /// Creates every table of the dialect that is missing (whatever the URL's `schema=`), and

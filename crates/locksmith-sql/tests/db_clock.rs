@@ -17,7 +17,7 @@ async fn check_takeover(url: &str, name: &str, t0: Instant) {
     let st = client.status(Some(name)).await.unwrap_or_else(|e| panic!("status: {e}"));
     let holder = st.first().and_then(|s| s.holder.clone()).unwrap_or_else(|| panic!("no holder in {st:?}"));
     assert_eq!((holder.owner.as_str(), holder.token), ("crashed-client", 1000));
-    assert!(holder.ttl_left <= Duration::from_secs(1), "ttl_left {:?}", holder.ttl_left);
+    assert!(holder.ttl_left.is_some_and(|t| t <= Duration::from_secs(1)), "ttl_left {:?}", holder.ttl_left);
     let g = client
         .lock_with(name, LockOptions::new().timeout(Duration::from_secs(5)))
         .await
@@ -29,7 +29,7 @@ async fn check_takeover(url: &str, name: &str, t0: Instant) {
     let st = client.status(Some(name)).await.unwrap_or_else(|e| panic!("status: {e}"));
     let ours = st.first().and_then(|s| s.holder.clone()).unwrap_or_else(|| panic!("no holder in {st:?}"));
     assert_eq!(ours.token, 1001);
-    assert!(ours.ttl_left > Duration::from_millis(1000) && ours.ttl_left <= TTL, "ttl_left {:?}", ours.ttl_left);
+    assert!(ours.ttl_left.is_some_and(|t| t > Duration::from_millis(1000) && t <= TTL), "ttl_left {:?}", ours.ttl_left);
     assert!(g.unlock().await.unwrap_or(false));
     client.close().await;
 }

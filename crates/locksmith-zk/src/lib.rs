@@ -36,7 +36,7 @@
 //! ## Status
 //! `status(Some(name))` lists the lock's contenders: holder = lowest sequence (session id in
 //! hex, owner = node data), waiters = contenders − 1, token and last token = holder's czxid.
-//! The holder's `ttl_left` is unknown to ZooKeeper clients and reported as 0. `status(None)`
+//! The holder's `ttl_left` is unknown to ZooKeeper clients and reported as unknown (`None`). `status(None)`
 //! walks the tree under the base and reports every directory with contenders.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
@@ -108,12 +108,15 @@ impl ZkBackend {
         let holder = match retry(|| client.get_data(&path)).await {
             Ok((data, stat)) => {
                 let token = u64::try_from(stat.czxid).unwrap_or(0);
-                Some(HolderStatus::new(
-                    format!("{:x}", stat.ephemeral_owner),
-                    String::from_utf8_lossy(&data).into_owned(),
-                    token,
-                    Duration::ZERO,
-                ))
+                Some(
+                    HolderStatus::new(
+                        format!("{:x}", stat.ephemeral_owner),
+                        String::from_utf8_lossy(&data).into_owned(),
+                        token,
+                        Duration::ZERO,
+                    )
+                    .ttl_left_unknown(),
+                )
             }
             Err(zk::Error::NoNode) => None,
             Err(e) => return Err(map_err(&self.url, e)),

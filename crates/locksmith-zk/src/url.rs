@@ -56,8 +56,13 @@ pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
 }
 
 /// Characters ZooKeeper refuses in paths (besides `/`), and `%`, our escape character.
+/// ZooKeeper checks paths as Java (UTF-16) strings: a character above U+FFFF is a surrogate pair
+/// there, which it refuses, so those are escaped too.
 fn forbidden(c: char) -> bool {
-    matches!(c, '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{ffff}' | '%')
+    matches!(
+        c,
+        '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' | '\u{e000}'..='\u{f8ff}' | '\u{fff0}'..='\u{10ffff}' | '%'
+    )
 }
 
 fn escape_segment(seg: &str) -> String {
@@ -134,7 +139,7 @@ mod tests {
 
     #[test]
     fn names_round_trip() {
-        for n in ["a", "a/b/c", "a//b", "/x/", ".", "..", "50%", "é"] {
+        for n in ["a", "a/b/c", "a//b", "/x/", ".", "..", "50%", "é", "lock-🔒", "𝄞/x"] {
             let name = LockName::new(n).unwrap();
             let dir = lock_dir("/base", &name);
             assert!(!dir.contains("//") && !dir.ends_with('/'), "{dir}");

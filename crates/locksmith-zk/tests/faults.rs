@@ -84,3 +84,19 @@ async fn bad_urls_unreachable_servers_and_unsupported_ttls_are_typed_errors() {
     };
     assert!(matches!(r, Err(locksmith::Error::InvalidArgument(_))), "{r:?}");
 }
+
+/// Names with characters above U+FFFF (which ZooKeeper, checking paths as UTF-16, refuses as
+/// surrogates) are escaped: they lock, contend and show in `status` under their own name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_beyond_the_basic_plane_lock_and_list_by_their_own_name() {
+    let server = ZkServer::start();
+    let a = locksmith::connect_with_ttl(&server.url(), Duration::from_secs(4)).await.unwrap();
+    let b = locksmith::connect_with_ttl(&server.url(), Duration::from_secs(4)).await.unwrap();
+    let name = "deploy-🔒/𝄞";
+    let g = a.lock(name).await.unwrap();
+    assert!(b.try_lock(name).await.unwrap().is_none(), "a second holder of {name}");
+    let listed: Vec<String> = a.status(None).await.unwrap().into_iter().map(|s| s.name).collect();
+    assert!(listed.iter().any(|n| n == name), "{listed:?}");
+    assert!(g.unlock().await.unwrap());
+    assert!(b.try_lock(name).await.unwrap().is_some());
+}

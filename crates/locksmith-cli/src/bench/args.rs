@@ -7,6 +7,10 @@ use clap::{Args, ValueEnum};
 
 /// Arguments of `locksmith bench`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  locksmith bench                                        # the native server on 127.0.0.1:7531
+  locksmith bench --backend locksmith://127.0.0.1:7531 --backend redis://127.0.0.1:6379 --rounds 3
+  locksmith bench --workloads uncontended,contended --json --plot bench.svg")]
 pub struct BenchArgs {
     /// Backend URL; repeat to compare backends (ratios are given to the first).
     #[arg(

@@ -33,6 +33,10 @@ use nemesis::{FaultKind, Target};
 
 /// Arguments of `locksmith chaos`.
 #[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  locksmith chaos                                      # its own native server, every fault, 30 s
+  locksmith chaos --backend redis://127.0.0.1:6379 --duration 60s --report chaos.json
+  locksmith chaos --faults kill,pause --workers 8")]
 pub struct ChaosArgs {
     /// Backend to test (loopback only). Without it the harness starts its own native server,
     /// which the `server-kill` and `server-pause` faults can then hit.

@@ -62,7 +62,7 @@ pub fn wakeups() -> u64 {
 
 /// The number of live waiters `status` reports for `name`.
 pub async fn waiters(client: &locksmith::Client, name: &str) -> u64 {
-    client.status(Some(name)).await.unwrap().first().map(|s| s.waiters).unwrap_or(0)
+    client.status(Some(name)).await.unwrap().first().map(|s| s.waiters_or_zero()).unwrap_or(0)
 }
 
 /// Waits (up to 5 s) until `status` reports `n` waiters on `name`.

@@ -85,7 +85,7 @@ fn unix_ms(t: std::time::SystemTime) -> u128 {
     t.duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
 }
 
-/// Acquires, runs, releases. Exit codes: see [`AFTER_HELP`].
+/// Acquires, runs, releases. Exit codes: as `locksmith run --help` lists them.
 ///
 /// # Cancel safety
 /// Not meant to be cancelled: dropping it mid-run leaves the command running unsupervised; the

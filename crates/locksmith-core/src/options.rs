@@ -181,7 +181,9 @@ mod tests {
     fn durations_need_a_known_unit() {
         assert_eq!(parse_duration("10s").ok(), Some(Duration::from_secs(10)));
         assert_eq!(parse_duration("1h").ok(), Some(Duration::from_secs(3600)));
-        for bad in ["", "s", "10", "10x", "-1s", "1.5s", "99999999999999999999999s"] {
+        assert_eq!(parse_duration("1m30s").ok(), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1.5s").ok(), Some(Duration::from_millis(1500)));
+        for bad in ["", "s", "10", "10x", "-1s", "1m30", "99999999999999999999999s"] {
             assert!(parse_duration(bad).is_err(), "{bad:?} should be rejected");
         }
     }

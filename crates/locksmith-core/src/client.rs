@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::backend::{AcquireRequest, Acquired, Backend, LockStatus, LostHold};
+use crate::driver::CancelGuard;
 use crate::guard::Guard;
 use crate::keeper::{LostHolds, SessionCtx};
 use crate::{validate_ttl, Error, LockName, LockOptions, Result, DEFAULT_TTL};
@@ -39,21 +40,6 @@ pub(crate) struct Inner {
     next_owner: AtomicU64,
     session: tokio::sync::Mutex<Option<Arc<SessionCtx>>>,
     slots: Arc<Mutex<HashMap<SlotKey, Arc<Slot>>>>,
-}
-
-struct SlotCleanup<'a> {
-    client: &'a Client,
-    key: SlotKey,
-    slot: Arc<Slot>,
-    armed: bool,
-}
-
-impl Drop for SlotCleanup<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.client.forget_slot(&self.key, &self.slot);
-        }
-    }
 }
 
 /// This client's part of anonymous owner ids: `<host>/<pid>/<random>`, so that `status` shows
@@ -322,12 +308,17 @@ impl Client {
         // Forgets the slot unless a guard now owns it, also when this future is dropped
         // (a timeout or a cancelled `lock()`), so abandoned attempts leave no entry behind.
         let slot = self.slot(&key);
-        let mut cleanup = SlotCleanup { client: self, key, slot, armed: true };
-        let attempt = self.acquire_in_slot(&cleanup.slot, name, owner, opts.lock_delay, wait, reentrant);
+        let cleanup = CancelGuard::sync("engine slot", (self.clone(), key, slot), |(client, key, slot)| {
+            client.forget_slot(&key, &slot);
+        });
+        let attempt = self.acquire_in_slot(&cleanup.state().2, name, owner, opts.lock_delay, wait, reentrant);
         // A no-wait attempt, session opening included, must not hang on a server that stopped
         // answering (e.g. paused): after one TTL it is given up as unavailable.
         let result = if wait { attempt.await } else { self.bounded(self.inner.ttl, attempt).await };
-        cleanup.armed = !matches!(result, Ok(Some(_)));
+        if matches!(result, Ok(Some(_))) {
+            // The guard's hold now keeps the slot.
+            drop(cleanup.disarm());
+        }
         result
     }
 

@@ -152,15 +152,11 @@ impl Guard {
 impl Drop for Guard {
     fn drop(&mut self) {
         let Some(slot) = self.slot.take() else { return };
-        let Ok(handle) = tokio::runtime::Handle::try_current() else {
-            tracing::debug!(lock = %self.name, "guard dropped outside a runtime; the lease will free it");
-            return;
-        };
         let client = self.client.clone();
         let name = self.name.clone();
         let owner = std::mem::take(&mut self.owner);
         let token = self.token;
-        handle.spawn(async move {
+        crate::driver::spawn_detached("release of a dropped guard", async move {
             if let Err(e) = client.release(&name, &owner, token, slot).await {
                 tracing::debug!(lock = %name, error = %e, "release on drop failed; the lease will free it");
             }

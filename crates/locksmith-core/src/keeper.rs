@@ -14,6 +14,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::backend::Session;
+use crate::driver::drift;
 use crate::Error;
 
 /// Liveness of one session as this process knows it.
@@ -29,11 +30,6 @@ impl Liveness {
     pub(crate) fn alive_at(&self, now: Instant) -> bool {
         !self.expired && now < self.deadline
     }
-}
-
-/// Margin subtracted from the TTL for clock-rate differences between client and server.
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
 }
 
 /// An open session plus the task that keeps it alive; aborting the task on drop ties the
@@ -124,13 +120,11 @@ impl Drop for SessionCtx {
     fn drop(&mut self) {
         self.stop_keeper();
         // Free the holds now rather than after the TTL; needs a runtime to run on.
-        if let Ok(handle) = tokio::runtime::Handle::try_current() {
-            let session = self.session.clone();
-            let ttl = self.ttl;
-            handle.spawn(async move {
-                let _ = tokio::time::timeout(ttl, session.close()).await;
-            });
-        }
+        let session = self.session.clone();
+        let ttl = self.ttl;
+        crate::driver::spawn_detached("close of a dropped session", async move {
+            let _ = tokio::time::timeout(ttl, session.close()).await;
+        });
     }
 }
 

@@ -13,8 +13,8 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod backend;
-mod backoff;
 mod client;
+pub mod driver;
 mod error;
 mod guard;
 mod keeper;
@@ -26,8 +26,8 @@ mod options;
 pub mod conformance;
 
 pub use backend::{AcquireRequest, Acquired, Backend, HolderStatus, KeepAlive, LockStatus, LostHold, Session};
-pub use backoff::Backoff;
 pub use client::Client;
+pub use driver::Backoff;
 pub use error::{error_chain, message_with_causes, Error, Result};
 pub use guard::Guard;
 pub use name::{LockName, MAX_NAME_LEN};

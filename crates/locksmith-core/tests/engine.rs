@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use locksmith_core::driver::drift;
 use locksmith_core::{
     AcquireRequest, Acquired, Backend, Client, Error, Guard, KeepAlive, LockName, LockOptions, LockStatus, LostHold,
     Result, Session,
@@ -25,11 +26,6 @@ const TTL: Duration = Duration::from_secs(3);
 /// TTL/3, the keep-alive period the engine documents.
 const PERIOD: Duration = Duration::from_secs(1);
 const MS: Duration = Duration::from_millis(1);
-
-/// The safety margin the engine subtracts from the TTL (mirrors `keeper::drift`).
-fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
 
 /// Asserts two instants of the paused clock agree within a millisecond.
 #[track_caller]

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
+use locksmith_core::driver::CancelGuard;
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
 use tokio::sync::OwnedMutexGuard;
 
@@ -212,32 +213,34 @@ async fn delete_own(shared: &Shared, lease: i64, key: &str, rev: Option<i64>) ->
     Ok(shared.call(c.txn(txn)).await?.succeeded)
 }
 
-/// An acquisition in flight: if dropped while armed (cancelled or failed), deletes our key in
-/// the background, keeping the per-name slot until that is done.
+/// An acquisition in flight, as its cleanup needs it: if the acquisition ends without a grant
+/// (or its future is dropped), our key is deleted in the background and the per-name slot stays
+/// taken until that is done.
 struct Pending {
     shared: Arc<Shared>,
     lease: i64,
     key: String,
+    /// Our key's create revision, once known.
     rev: Option<i64>,
     /// Whether a put may have reached etcd.
     sent: bool,
-    slot: Option<NameSlot>,
+    slot: NameSlot,
 }
 
-impl Drop for Pending {
-    fn drop(&mut self) {
-        let Some(slot) = self.slot.take() else { return };
-        if !self.sent {
-            return;
-        }
-        let Ok(handle) = tokio::runtime::Handle::try_current() else { return };
-        let (shared, lease, key, rev) = (self.shared.clone(), self.lease, self.key.clone(), self.rev);
-        handle.spawn(async move {
-            if let Err(e) = delete_own(&shared, lease, &key, rev).await {
-                tracing::debug!(%key, error = %e, "cleanup of an abandoned acquisition failed; the lease is the backstop");
+impl Pending {
+    fn guard(self) -> CancelGuard<Pending> {
+        CancelGuard::new("etcd acquisition", self, |p| {
+            if !p.sent {
+                // Nothing can be in etcd: freeing the slot (dropping `p`) is all there is to do.
+                return None;
             }
-            drop(slot);
-        });
+            Some(async move {
+                if let Err(e) = delete_own(&p.shared, p.lease, &p.key, p.rev).await {
+                    tracing::debug!(key = %p.key, error = %e, "cleanup of an abandoned acquisition failed; the lease is the backstop");
+                }
+                drop(p.slot);
+            })
+        })
     }
 }
 
@@ -300,19 +303,12 @@ impl Session for EtcdSession {
         };
         let slot = self.slot(&req.name, guard);
         let key = self.key(&req.name);
-        let mut pending = Pending {
-            shared: self.shared.clone(),
-            lease: self.lease,
-            key: key.clone(),
-            rev: None,
-            sent: false,
-            slot: Some(slot),
-        };
-        match self.acquire_inner(&req, &mut pending).await? {
+        let mut pending =
+            Pending { shared: self.shared.clone(), lease: self.lease, key: key.clone(), rev: None, sent: false, slot }
+                .guard();
+        match self.acquire_inner(&req, pending.state_mut()).await? {
             Some(token) => {
-                let Some(slot) = pending.slot.take() else {
-                    return Err(Error::Protocol("etcd: acquisition slot vanished".into()));
-                };
+                let slot = pending.disarm().slot;
                 let hold = Hold { owner: req.owner.clone(), token, key, _slot: slot };
                 self.holds.lock().unwrap_or_else(|p| p.into_inner()).insert(req.name.clone(), hold);
                 Ok(Acquired::Granted { token })

@@ -10,6 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
+use locksmith_core::driver::{millis, Backoff, CancelGuard, Jitter};
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use locksmith_proto::client_message::Body as In;
 use locksmith_proto::server_message::Body as Out;
@@ -133,42 +134,36 @@ impl StreamSession {
             }
             st.pending.insert(id, Pending { reply: tx, resend: resend.then_some(msg) });
         }
-        let mut call = CallGuard { shared: &self.shared, id, done: false, acquire };
+        // Synchronous on purpose: the Cancel must be queued under the state lock, before any
+        // later message of this session, and also when no runtime is left.
+        let call = CancelGuard::sync("stream call", (self.shared.clone(), id, acquire), |(shared, id, acquire)| {
+            withdraw(&shared, id, acquire);
+        });
         let out = rx.await;
-        call.done = true;
+        call.disarm();
         out.map_err(|_| self.shared.unavailable("session stream closed"))?
     }
 }
 
-/// Removes a pending call when its future is dropped; a dropped acquisition is withdrawn.
-struct CallGuard<'a> {
-    shared: &'a Shared,
-    id: u64,
-    done: bool,
-    acquire: Option<(String, String)>,
-}
-
-impl Drop for CallGuard<'_> {
-    fn drop(&mut self) {
-        if self.done {
-            return;
-        }
-        let mut st = self.shared.state();
-        st.pending.remove(&self.id);
-        if let Some(key) = self.acquire.take() {
-            st.abandoned.insert(self.id, key);
-            let cancel_id = self.shared.id();
-            st.cancels.insert(cancel_id, self.id);
-            if let Some(tx) = &st.tx {
-                let body = In::Cancel(locksmith_proto::Cancel { request: self.id });
-                let _ = tx.send(ClientMessage { id: cancel_id, body: Some(body) });
-            }
+/// Forgets the pending call `id` whose future was dropped; an acquisition (`Some((name,
+/// owner))`) is withdrawn with a `Cancel`, and a grant that still arrives is released (see
+/// `dispatch`).
+fn withdraw(shared: &Shared, id: u64, acquire: Option<(String, String)>) {
+    let mut st = shared.state();
+    st.pending.remove(&id);
+    if let Some(key) = acquire {
+        st.abandoned.insert(id, key);
+        let cancel_id = shared.id();
+        st.cancels.insert(cancel_id, id);
+        if let Some(tx) = &st.tx {
+            let body = In::Cancel(locksmith_proto::Cancel { request: id });
+            let _ = tx.send(ClientMessage { id: cancel_id, body: Some(body) });
         }
     }
 }
 
 async fn handshake(t: &mut Transport, connector: &Arc<dyn Connector>, ttl: Duration, resume: u64) -> Result<u64> {
-    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+    let ttl_ms = millis(ttl);
     let open = In::Open(locksmith_proto::Open { ttl_ms, resume_session: resume });
     t.tx.send(ClientMessage { id: 1, body: Some(open) })
         .map_err(|_| Error::Unavailable { backend: connector.describe(), message: "stream closed".into() })?;
@@ -247,7 +242,8 @@ fn fail_all(st: &mut State, err: impl Fn() -> Error) {
 /// out (then the server has expired it anyway).
 async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
     let give_up = tokio::time::Instant::now() + shared.ttl;
-    let mut backoff = Duration::from_millis(5);
+    // Unjittered: one client's own reconnect, nothing for others to collide with.
+    let mut backoff = Backoff::custom(Duration::from_millis(5), shared.ttl / 10, Jitter::None);
     loop {
         if tokio::time::Instant::now() >= give_up {
             let mut st = shared.state();
@@ -255,8 +251,7 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
             fail_all(&mut st, || Error::SessionExpired);
             return None;
         }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(shared.ttl / 10);
+        tokio::time::sleep(backoff.delay(None)).await;
         let Ok(mut t) = shared.connector.connect().await else { continue };
         match handshake(&mut t, &shared.connector, shared.ttl, shared.session).await {
             Ok(_) => {
@@ -352,7 +347,7 @@ impl Session for StreamSession {
     }
 
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
-        let lock_delay_ms = req.lock_delay.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0);
+        let lock_delay_ms = req.lock_delay.map(millis).unwrap_or(0);
         let key = (req.name.as_str().to_string(), req.owner.clone());
         let body = In::Acquire(locksmith_proto::Acquire {
             name: req.name.as_str().to_string(),

@@ -6,66 +6,58 @@
 
 use std::sync::Arc;
 
+use locksmith_core::driver::{CancelGuard, OnDrop};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::holds::{Entry, HoldKey, Holds};
 use crate::shared::Shared;
 
-/// The session entry of one acquisition in progress.
+/// The session entry of one acquisition in progress, as its cleanup needs it.
 pub(crate) struct Pending {
     pub(crate) shared: Arc<Shared>,
     pub(crate) holds: Arc<Holds>,
     pub(crate) key: HoldKey,
     pub(crate) entry: Arc<Entry>,
-    /// The entry's op lock, held until the acquisition ends or its cleanup has finished.
-    pub(crate) op: Option<OwnedMutexGuard<()>>,
+    /// The entry's op lock, held until the acquisition ends or its cleanup has finished, so the
+    /// next acquisition of the same `(lock, owner)` starts after it.
+    pub(crate) _op: OwnedMutexGuard<()>,
     pub(crate) ttl_ms: u64,
     /// A script was sent and its answer not yet seen: the hold may exist in Redis.
     pub(crate) in_flight: bool,
-    /// False once granted: the entry then belongs to the session.
-    pub(crate) armed: bool,
 }
 
 impl Pending {
-    /// The acquisition succeeded: keep the entry.
-    pub(crate) fn granted(mut self, token: u64) {
-        self.entry.grant(token);
-        self.armed = false;
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let queued = self.entry.waiter.get().is_some();
-        if !self.in_flight && !queued {
-            // Nothing of ours can be in Redis: forget the entry now.
-            self.holds.remove_if(&self.key, &self.entry);
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            // No runtime to clean up on: the key's TTL is the backstop.
-            self.holds.remove_if(&self.key, &self.entry);
-            return;
-        };
-        let (shared, holds, key, entry) =
-            (self.shared.clone(), self.holds.clone(), self.key.clone(), self.entry.clone());
-        let (op, ttl_ms, in_flight) = (self.op.take(), self.ttl_ms, self.in_flight);
-        rt.spawn(async move {
-            if in_flight {
-                if let Err(e) = shared.release(&entry, ttl_ms).await {
-                    tracing::debug!(key = %entry.key, error = %e, "cleanup of an abandoned acquisition failed; the TTL frees it");
-                }
+    /// Armed: unless disarmed (granted: the entry then belongs to the session), the entry is
+    /// forgotten, and what may be in Redis is released and the waiter queue left.
+    pub(crate) fn guard(self) -> CancelGuard<Pending> {
+        CancelGuard::new("redis acquisition", self, |p| {
+            let queued = p.entry.waiter.get().is_some();
+            if !p.in_flight && !queued {
+                // Nothing of ours can be in Redis: forget the entry now.
+                p.holds.remove_if(&p.key, &p.entry);
+                return None;
             }
-            if let Some(waiter) = entry.waiter.get() {
-                if let Err(e) = shared.leave(&entry.key, waiter).await {
-                    tracing::debug!(key = %entry.key, error = %e, "leaving the waiter queue failed; the entry goes stale");
+            // Forgotten also when no runtime runs the rest: the key's TTL is then the backstop.
+            let forget = {
+                let (holds, key, entry) = (p.holds.clone(), p.key.clone(), p.entry.clone());
+                OnDrop::new(move || {
+                    holds.remove_if(&key, &entry);
+                })
+            };
+            Some(async move {
+                if p.in_flight {
+                    if let Err(e) = p.shared.release(&p.entry, p.ttl_ms).await {
+                        tracing::debug!(key = %p.entry.key, error = %e, "cleanup of an abandoned acquisition failed; the TTL frees it");
+                    }
                 }
-            }
-            holds.remove_if(&key, &entry);
-            drop(op);
-        });
+                if let Some(waiter) = p.entry.waiter.get() {
+                    if let Err(e) = p.shared.leave(&p.entry.key, waiter).await {
+                        tracing::debug!(key = %p.entry.key, error = %e, "leaving the waiter queue failed; the entry goes stale");
+                    }
+                }
+                drop(forget);
+                drop(p);
+            })
+        })
     }
 }

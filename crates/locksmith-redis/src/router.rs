@@ -169,9 +169,8 @@ impl Drop for Registration {
         if !last {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
         let (inner, channel) = (Arc::downgrade(&self.inner), self.channel.clone());
-        rt.spawn(unsubscribe(inner, channel));
+        locksmith_core::driver::spawn_detached("redis unsubscribe", unsubscribe(inner, channel));
     }
 }
 

@@ -257,6 +257,13 @@ pub(crate) struct Busy {
     pub(crate) rank: i64,
 }
 
+impl Busy {
+    /// The holder's remaining lease, when the key has one.
+    pub(crate) fn left(&self) -> Option<std::time::Duration> {
+        u64::try_from(self.pttl).ok().map(std::time::Duration::from_millis)
+    }
+}
+
 /// What an acquire script answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Attempt {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use locksmith_core::driver::millis;
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 
 use crate::holds::{Entry, HoldKey, Holds};
@@ -14,6 +15,7 @@ use crate::layout::{random_uuid, Mode};
 use crate::pending::Pending;
 use crate::scripts::Attempt;
 use crate::shared::Shared;
+use locksmith_core::driver::CancelGuard;
 
 /// Consecutive connection failures a waiting acquisition tolerates before giving up.
 const MAX_WAIT_FAILURES: u32 = 3;
@@ -33,13 +35,13 @@ pub(crate) struct RedisSession {
 
 impl RedisSession {
     pub(crate) fn new(shared: Arc<Shared>, ttl: Duration) -> Self {
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX).max(1);
+        let ttl_ms = millis(ttl);
         Self { shared, id: random_uuid(), ttl_ms, holds: Arc::default(), closed: AtomicBool::new(false) }
     }
 
     /// Creates the session entry for `key` (after any cleanup of an earlier attempt of the same
     /// `(lock, owner)` has finished) and returns it guarded.
-    async fn begin(&self, hk: HoldKey) -> Result<Pending> {
+    async fn begin(&self, hk: HoldKey) -> Result<CancelGuard<Pending>> {
         loop {
             let key = self.shared.layout.key(hk.0.as_str());
             let ident = self.shared.layout.ident(&self.id, &hk.1);
@@ -56,11 +58,11 @@ impl RedisSession {
                         holds: self.holds.clone(),
                         key: hk,
                         entry,
-                        op: Some(op),
+                        _op: op,
                         ttl_ms: self.ttl_ms,
                         in_flight: false,
-                        armed: true,
-                    });
+                    }
+                    .guard());
                 }
                 Err(existing) => {
                     // Wait for a cleanup still running; a granted entry left behind (the engine
@@ -127,7 +129,7 @@ impl Session for RedisSession {
         }
         self.shared.layout.check_name(req.name.as_str())?;
         let mut pending = self.begin((req.name.clone(), req.owner.clone())).await?;
-        let key = pending.entry.key.clone();
+        let key = pending.state().entry.key.clone();
         let plain = self.shared.layout.mode == Mode::Plain;
         // Reentrant: Redisson's channel, shared by every waiter, is subscribed before the first try.
         let mut waiting = match req.wait && !plain {
@@ -137,32 +139,32 @@ impl Session for RedisSession {
         let mut backoff = Backoff::new();
         let mut failures = 0;
         loop {
-            pending.in_flight = true;
-            let attempt = match self
-                .shared
-                .try_acquire(&pending.entry, self.ttl_ms, pending.entry.waiter.get().map(String::as_str))
-                .await
-            {
-                Ok(a) => a,
-                // A waiter rides out a short blip (a dropped connection is re-opened on the next
-                // call); a no-wait attempt or a lasting outage reports it.
-                Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
-                    failures += 1;
-                    tokio::time::sleep(backoff.delay(-1)).await;
-                    // The lost reply may have been a grant: give it back before trying again,
-                    // so a retry never finds (and counts) its own hold.
-                    if self.shared.release(&pending.entry, self.ttl_ms).await.is_ok() {
-                        pending.in_flight = false;
+            pending.state_mut().in_flight = true;
+            let entry = pending.state().entry.clone();
+            let attempt =
+                match self.shared.try_acquire(&entry, self.ttl_ms, entry.waiter.get().map(String::as_str)).await {
+                    Ok(a) => a,
+                    // A waiter rides out a short blip (a dropped connection is re-opened on the next
+                    // call); a no-wait attempt or a lasting outage reports it.
+                    Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
+                        failures += 1;
+                        tokio::time::sleep(backoff.delay(None)).await;
+                        // The lost reply may have been a grant: give it back before trying again,
+                        // so a retry never finds (and counts) its own hold.
+                        if self.shared.release(&entry, self.ttl_ms).await.is_ok() {
+                            pending.state_mut().in_flight = false;
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
+                    Err(e) => return Err(e),
+                };
             failures = 0;
-            pending.in_flight = !matches!(attempt, Attempt::Busy(_) | Attempt::WrongType(_) | Attempt::BadFence(_));
+            pending.state_mut().in_flight =
+                !matches!(attempt, Attempt::Busy(_) | Attempt::WrongType(_) | Attempt::BadFence(_));
             let busy = match attempt {
                 Attempt::Granted(token) => {
-                    pending.granted(token);
+                    // The entry now belongs to the session; its op lock is freed here.
+                    pending.disarm().entry.grant(token);
                     return Ok(Acquired::Granted { token });
                 }
                 Attempt::WrongType(ty) => return Err(Self::wrong_type(&key, &ty)),
@@ -181,14 +183,14 @@ impl Session for RedisSession {
                 let id = format!("{:016x}", rand::random::<u64>());
                 let channel = self.shared.layout.queue(&key).wake_channel(&id);
                 waiting = Some(self.shared.router.register(&channel).await);
-                let _ = pending.entry.waiter.set(id);
+                let _ = entry.waiter.set(id);
                 continue;
             };
             // The head of the queue (and every reentrant waiter) retries on the fallback timer; a
             // waiter further back only refreshes its entry then, which is not a wake-up.
             let next_in_line = busy.rank <= 0;
             let timer = match next_in_line {
-                true => backoff.delay(busy.pttl),
+                true => backoff.delay(busy.left()),
                 false => QUEUE_REFRESH.mul_f64(rand::random_range(0.8..1.2)),
             };
             let woken = tokio::select! {

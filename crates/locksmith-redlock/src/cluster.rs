@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use locksmith_core::driver::millis;
 use locksmith_core::{Error, Result};
 use redis::Script;
 
@@ -173,10 +174,6 @@ impl Cluster {
             ),
         }
     }
-}
-
-fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// Escapes Redis glob metacharacters so the prefix matches literally.

@@ -67,7 +67,6 @@ mod backend;
 mod cluster;
 mod holds;
 mod instance;
-mod pending;
 mod session;
 mod timing;
 mod url;

@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
+use locksmith_core::driver::CancelGuard;
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use tokio::time::Instant;
 
 use crate::cluster::{Cluster, Tally};
 use crate::holds::Holds;
 use crate::instance::Reply;
-use crate::pending::PendingHold;
-use crate::timing::{within_validity, Backoff, Timeouts};
+use crate::timing::{round_backoff, within_validity, Timeouts};
 use crate::value::new_value;
 
 /// A session: an id, a TTL and the holds it keeps renewed.
@@ -112,7 +112,7 @@ impl Session for RedlockSession {
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         let key = self.cluster.key(req.name.as_str());
         let quorum = self.cluster.quorum();
-        let mut backoff = Backoff::new(self.ttl);
+        let mut backoff = round_backoff(self.ttl);
         let mut rounds = 0u64;
         loop {
             if self.closed.load(Ordering::Acquire) {
@@ -120,8 +120,15 @@ impl Session for RedlockSession {
             }
             rounds += 1;
             let value = new_value(&self.id, &req.owner);
-            // Armed before the first SET leaves: a drop from here on releases this round's votes.
-            let pending = PendingHold::new(self.cluster.clone(), key.clone(), value.clone(), self.timeouts);
+            // Armed before the first SET leaves: a drop from here on (a failed round, or this future
+            // dropped by a timeout or `select!`) releases this round's votes on every instance,
+            // owner-checked.
+            let state = (self.cluster.clone(), key.clone(), value.clone(), self.timeouts);
+            let pending = CancelGuard::new("redlock round", state, |(cluster, key, value, t)| {
+                Some(async move {
+                    cluster.release(&key, &value, t).await;
+                })
+            });
             let started = Instant::now();
             let tally = self.cluster.set_nx(&key, &value, self.ttl, self.timeouts).await;
             let elapsed = started.elapsed();
@@ -129,7 +136,7 @@ impl Session for RedlockSession {
                 if let Some(old) = self.holds.insert(req.name.clone(), req.owner.clone(), value) {
                     self.release_in_background(key.clone(), old);
                 }
-                pending.keep();
+                pending.disarm();
                 if self.closed.load(Ordering::Acquire) {
                     // Closed while we voted: close() may have drained before our insert.
                     if let Some(v) = self.holds.remove(&req.name, &req.owner) {
@@ -140,7 +147,7 @@ impl Session for RedlockSession {
                 return Ok(Acquired::Granted { token: 0 });
             }
             // Not granted: release whatever this round set, on ALL instances (owner-checked).
-            drop(pending);
+            pending.fire();
             let reachable = tally.reachable();
             if !req.wait {
                 if reachable < quorum {
@@ -161,7 +168,7 @@ impl Session for RedlockSession {
                     tracing::warn!(lock = %req.name, error = %e, "redlock: still waiting");
                 }
             }
-            tokio::time::sleep(backoff.next_delay()).await;
+            tokio::time::sleep(backoff.delay(None)).await;
             // Redlock has no notification: every retry round after a sleep is a wake-up.
             locksmith_core::metrics::wakeup("redlock");
         }

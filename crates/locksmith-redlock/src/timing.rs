@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use locksmith_core::driver::{drift, Backoff, Jitter};
+
 /// Longest wait for a TCP connection (and handshake) to one instance. Short on purpose: a dead
 /// or frozen instance must cost a missing vote, never a stall of the others.
 const CONNECT_CAP: Duration = Duration::from_millis(200);
@@ -13,14 +15,9 @@ const RETRY_FIRST_CAP: Duration = Duration::from_millis(50);
 const RETRY_MAX_CAP: Duration = Duration::from_millis(200);
 const RETRY_FLOOR: Duration = Duration::from_millis(2);
 
-/// Clock-drift margin of the Redlock validity: TTL·1 % + 2 ms (the same margin the engine
-/// subtracts from its local deadline).
-pub(crate) fn drift(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
-}
-
 /// Whether a round that took `elapsed` still leaves the hold valid for a while:
-/// validity = TTL − elapsed − drift must be positive.
+/// validity = TTL − elapsed − drift must be positive (the engine's clock-drift margin,
+/// [`drift`]).
 pub(crate) fn within_validity(ttl: Duration, elapsed: Duration) -> bool {
     elapsed + drift(ttl) < ttl
 }
@@ -40,29 +37,13 @@ impl Timeouts {
     }
 }
 
-/// Jittered exponential backoff between acquisition rounds of a waiting `lock()`: Redis has no
-/// queue, so waiters poll. The first delay is drawn from [d/2, d] with d = clamp(TTL/50, 2 ms,
-/// 50 ms); d doubles after every failed round up to clamp(TTL/10, d, 200 ms). The jitter keeps
-/// contenders from splitting the votes round after round.
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    current: Duration,
-    max: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new(ttl: Duration) -> Self {
-        let first = (ttl / 50).clamp(RETRY_FLOOR, RETRY_FIRST_CAP);
-        Self { current: first, max: (ttl / 10).clamp(first, RETRY_MAX_CAP) }
-    }
-
-    /// The delay before the next round.
-    pub(crate) fn next_delay(&mut self) -> Duration {
-        let d = self.current;
-        self.current = (self.current * 2).min(self.max);
-        let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
-        Duration::from_micros(rand::random_range(micros / 2..=micros))
-    }
+/// The backoff between acquisition rounds of a waiting `lock()`: Redis has no queue, so waiters
+/// poll. The first delay is drawn from [d/2, d] with d = clamp(TTL/50, 2 ms, 50 ms); d doubles
+/// after every failed round up to clamp(TTL/10, d, 200 ms). The jitter keeps contenders from
+/// splitting the votes round after round.
+pub(crate) fn round_backoff(ttl: Duration) -> Backoff {
+    let first = (ttl / 50).clamp(RETRY_FLOOR, RETRY_FIRST_CAP);
+    Backoff::custom(first, (ttl / 10).clamp(first, RETRY_MAX_CAP), Jitter::LowerHalf)
 }
 
 #[cfg(test)]
@@ -71,12 +52,12 @@ mod tests {
 
     #[test]
     fn backoff_stays_in_its_documented_range() {
-        let mut b = Backoff::new(Duration::from_secs(5));
-        let delays: Vec<Duration> = (0..10).map(|_| b.next_delay()).collect();
+        let mut b = round_backoff(Duration::from_secs(5));
+        let delays: Vec<Duration> = (0..10).map(|_| b.delay(None)).collect();
         assert!(delays[0] >= Duration::from_millis(25) && delays[0] <= Duration::from_millis(50));
         assert!(delays.iter().all(|d| *d <= Duration::from_millis(200)));
-        let mut tiny = Backoff::new(Duration::from_millis(100));
-        assert!(tiny.next_delay() <= Duration::from_millis(2));
+        let mut tiny = round_backoff(Duration::from_millis(100));
+        assert!(tiny.delay(None) <= Duration::from_millis(2));
     }
 
     #[test]

@@ -52,8 +52,8 @@ macro_rules! pg_in_ms {
 pub(crate) enum Attempt {
     /// The row is ours, with this token.
     Granted(u64),
-    /// Held by someone else, whose lease has this many ms left (if the row was seen).
-    Busy(Option<i64>),
+    /// Held by someone else, whose lease has this long left (if the row was seen).
+    Busy(Option<Duration>),
 }
 
 /// A live row as `status` reports it.
@@ -606,7 +606,7 @@ async fn acquire_txn(pool: &Pool, name: &str, owner: &str, ttl_ms: i64) -> Resul
             .fetch_optional(&mut *tx)
             .await?;
             tx.rollback().await?;
-            Ok((token, Attempt::Busy(left)))
+            Ok((token, Attempt::Busy(left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis))))
         }
         Pool::MySql(p) => {
             let mut tx = p.begin().await?;
@@ -648,7 +648,7 @@ async fn acquire_txn(pool: &Pool, name: &str, owner: &str, ttl_ms: i64) -> Resul
                     .fetch_optional(&mut *tx)
                     .await?;
                     tx.rollback().await?;
-                    Ok((token, Attempt::Busy(left)))
+                    Ok((token, Attempt::Busy(left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis))))
                 }
                 Err(e) => Err(e),
             }
@@ -692,7 +692,7 @@ async fn acquire_txn(pool: &Pool, name: &str, owner: &str, ttl_ms: i64) -> Resul
             .fetch_optional(&mut *tx)
             .await?;
             tx.rollback().await?;
-            Ok((token, Attempt::Busy(left)))
+            Ok((token, Attempt::Busy(left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis))))
         }
     }
 }

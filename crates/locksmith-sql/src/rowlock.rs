@@ -13,34 +13,26 @@ use std::time::Duration;
 use locksmith_core::{Error, Result};
 use sqlx::Executor;
 
+use locksmith_core::driver::CancelGuard;
+
 use crate::db::{Db, Dedicated};
 
 /// Longest single wait in the database's lock queue before the waiter re-queues (seconds: the
 /// unit of `innodb_lock_wait_timeout`).
 const WAIT_CHUNK: Duration = Duration::from_secs(2);
 
-/// Ends a dropped acquisition's connection on the server: a connection blocked in a lock wait
-/// does not notice that its client went away, and would be granted the row (briefly blocking
+/// Armed until the outcome of a row-lock acquisition on connection `id` is known: a dropped
+/// acquisition's connection is ended on the server, because a connection blocked in a lock wait
+/// does not notice that its client went away and would be granted the row (briefly blocking
 /// everyone) before it does.
-pub(crate) struct KillOnDrop {
-    pub(crate) db: Arc<Db>,
-    pub(crate) id: i64,
-    pub(crate) armed: bool,
-}
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (db, id) = (self.db.clone(), self.id);
-        rt.spawn(async move {
+pub(crate) fn kill_on_drop(db: Arc<Db>, id: i64) -> CancelGuard<(Arc<Db>, i64)> {
+    CancelGuard::new("row-lock waiter", (db, id), |(db, id)| {
+        Some(async move {
             if let Err(e) = db.kill_connection(id).await {
                 tracing::debug!(id, error = %e, "could not end an abandoned row-lock waiter; its lock wait times out");
             }
-        });
-    }
+        })
+    })
 }
 
 /// Prepares a fresh dedicated connection: bounded lock waits, the lock's row in place

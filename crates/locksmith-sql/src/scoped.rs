@@ -19,7 +19,7 @@ use tokio::sync::Mutex as AsyncMutex;
 
 use crate::conn;
 use crate::db::{Db, Dedicated, BUMP_FENCE_MYSQL, BUMP_FENCE_POSTGRES, LAST_FENCE_MYSQL};
-use crate::rowlock::{self, KillOnDrop};
+use crate::rowlock;
 use crate::url::Mode;
 
 /// The advisory-lock key of a name: a 64-bit hash computed by the server (names whose hashes
@@ -185,7 +185,7 @@ impl ScopedSession {
             if !wait {
                 return Ok(None);
             }
-            tokio::time::sleep(backoff.delay(-1)).await;
+            tokio::time::sleep(backoff.delay(None)).await;
             locksmith_core::metrics::wakeup(self.db.dialect().label());
         }
     }
@@ -197,10 +197,10 @@ impl ScopedSession {
     async fn lock_row(&self, conn: &mut Dedicated, name: &str, wait: bool) -> Result<Option<u64>> {
         let id = rowlock::prepare(&self.db, conn, name).await?;
         // Armed until the outcome is known: a dropped acquisition may be queued in the server.
-        let mut kill = KillOnDrop { db: self.db.clone(), id, armed: true };
+        let kill = rowlock::kill_on_drop(self.db.clone(), id);
         while !rowlock::attempt(&self.db, conn, name, wait).await? {
             if !wait {
-                kill.armed = false;
+                kill.disarm();
                 return Ok(None);
             }
             // Re-queued after a wait chunk ran out (or the row was restored).
@@ -216,7 +216,7 @@ impl ScopedSession {
                 ),
             });
         }
-        kill.armed = false;
+        kill.disarm();
         Ok(Some(token))
     }
 }

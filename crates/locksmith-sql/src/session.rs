@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use locksmith_core::driver::{millis, CancelGuard};
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
 
 use crate::db::{Attempt, Db};
@@ -31,34 +32,22 @@ pub(crate) struct SqlSession {
     closed: AtomicBool,
 }
 
-/// Deletes the row of an attempt whose outcome was never seen (dropped future, error while the
-/// transaction may have committed). The owner column is unique per attempt, so the delete can
-/// never hit a later hold.
-struct Cleanup {
-    db: Arc<Db>,
-    name: String,
-    owner: String,
-    armed: bool,
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (db, name, owner) = (self.db.clone(), std::mem::take(&mut self.name), std::mem::take(&mut self.owner));
-        rt.spawn(async move {
+/// Armed while one attempt's outcome is unknown (a dropped future, an error while the
+/// transaction may have committed): deletes the attempt's row. The owner column is unique per
+/// attempt, so the delete can never hit a later hold.
+fn delete_on_drop(db: Arc<Db>, name: String, owner: String) -> CancelGuard<(Arc<Db>, String, String)> {
+    CancelGuard::new("sql attempt", (db, name, owner), |(db, name, owner)| {
+        Some(async move {
             if let Err(e) = db.delete_owner(&name, &owner).await {
                 tracing::warn!(%name, error = %e, "cleanup of an unfinished acquisition failed; the lease expires it");
             }
-        });
-    }
+        })
+    })
 }
 
 impl SqlSession {
     pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
-        let ttl_ms = i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX).max(1);
+        let ttl_ms = i64::try_from(millis(ttl)).unwrap_or(i64::MAX);
         let id = format!("{:016x}", rand::random::<u64>());
         Self { db, id, ttl_ms, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
     }
@@ -153,11 +142,10 @@ impl Session for SqlSession {
         let mut failures = 0;
         loop {
             let column = self.column(&req.owner);
-            let mut cleanup =
-                Cleanup { db: self.db.clone(), name: req.name.to_string(), owner: column.clone(), armed: true };
+            let cleanup = delete_on_drop(self.db.clone(), req.name.to_string(), column.clone());
             let left = match self.db.try_acquire(req.name.as_str(), &column, self.ttl_ms).await {
                 Ok(Attempt::Granted(token)) => {
-                    cleanup.armed = false;
+                    cleanup.disarm();
                     if self.closed.load(Ordering::SeqCst) {
                         self.db.release(req.name.as_str(), &column, token).await?;
                         return Err(Error::SessionExpired);
@@ -166,16 +154,16 @@ impl Session for SqlSession {
                     return Ok(Acquired::Granted { token });
                 }
                 Ok(Attempt::Busy(left)) => {
-                    cleanup.armed = false;
+                    cleanup.disarm();
                     failures = 0;
-                    left.unwrap_or(-1)
+                    left
                 }
                 // A waiter rides out a short blip; the cleanup removes a grant whose commit
                 // answer was lost.
                 Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
                     failures += 1;
-                    drop(cleanup);
-                    -1
+                    cleanup.fire();
+                    None
                 }
                 Err(e) => return Err(e),
             };

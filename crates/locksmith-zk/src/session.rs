@@ -3,6 +3,7 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
+use locksmith_core::driver::CancelGuard;
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result};
 use zookeeper_client as zk;
 
@@ -58,29 +59,15 @@ fn uuid() -> String {
     format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
 }
 
-/// Deletes our node when an acquisition ends without a grant (including a dropped future).
-struct Cleanup {
-    client: Option<zk::Client>,
+/// What the cleanup of an acquisition that ended without a grant (a dropped future too) needs
+/// to delete our node. The session's own client handle keeps the ZooKeeper session open until
+/// the delete is done (`close` waits for that).
+struct Abandoned {
+    client: zk::Client,
     dir: String,
     marker: String,
+    /// Known once the create answered.
     path: Option<String>,
-}
-
-impl Cleanup {
-    fn disarm(&mut self) {
-        self.client = None;
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let Some(client) = self.client.take() else { return };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else { return };
-        let (dir, marker, path) = (std::mem::take(&mut self.dir), std::mem::take(&mut self.marker), self.path.take());
-        rt.spawn(async move {
-            let _ = delete_ours(&client, &dir, &marker, path.as_deref()).await;
-        });
-    }
 }
 
 /// Deletes our node: by path when known, else by our uuid among the children.
@@ -143,8 +130,12 @@ impl locksmith_core::Session for ZkSession {
         let dir = lock_dir(&self.base, &req.name);
         let marker = format!("_c_{}-lock-", uuid());
         let prefix = format!("{dir}/{marker}");
-        let mut cleanup =
-            Cleanup { client: Some(client.clone()), dir: dir.clone(), marker: marker.clone(), path: None };
+        let abandoned = Abandoned { client: client.clone(), dir: dir.clone(), marker: marker.clone(), path: None };
+        let mut cleanup = CancelGuard::new("zk acquisition", abandoned, |a| {
+            Some(async move {
+                let _ = delete_ours(&a.client, &a.dir, &a.marker, a.path.as_deref()).await;
+            })
+        });
         let node_opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
         let dir_opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
         let mut attempts = 0;
@@ -181,7 +172,7 @@ impl locksmith_core::Session for ZkSession {
                 Err(e) => return Err(self.err(e)),
             }
         };
-        cleanup.path = Some(path.clone());
+        cleanup.state_mut().path = Some(path.clone());
         let token = u64::try_from(token).unwrap_or(0);
         let me = path.rsplit('/').next().unwrap_or_default().to_string();
         loop {

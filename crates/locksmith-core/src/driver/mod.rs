@@ -1,0 +1,15 @@
+//! The toolkit a driver is built from: what every backend needs besides its own queries and
+//! scripts, written once.
+//!
+//! - [`cancel`]: [`CancelGuard`], the cleanup of an abandoned acquisition (a dropped `lock()`
+//!   leaves no waiter and no hold), and [`spawn_detached`] for every other spawn-on-drop.
+//! - [`timing`]: the waiters' [`Backoff`], the clock-drift margin [`drift`], [`millis`].
+//!
+//! A new driver is its protocol (scripts, queries, node layouts) plus these parts; the engine
+//! ([`Client`](crate::Client), [`Guard`](crate::Guard), the session keeper) does the rest.
+
+pub mod cancel;
+pub mod timing;
+
+pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
+pub use timing::{drift, jittered, millis, Backoff, Jitter};

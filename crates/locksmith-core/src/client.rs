@@ -264,13 +264,20 @@ impl Client {
             let Ok(map) = slots.lock() else { return };
             for report in lost {
                 let Some(slot) = map.get(&(report.name, report.owner)) else { continue };
-                // A slot busy with an acquisition or release is changing hands anyway; the
-                // driver reports a hold that is still gone again on the next keep-alive.
                 if let Ok(hold) = slot.hold.try_lock() {
                     if let Some(h) = hold.as_ref().filter(|h| h.token == report.token) {
                         h.lost.send_replace(true);
                     }
+                    continue;
                 }
+                // The slot is busy (a release or a reentrant acquisition of this very hold):
+                // drivers report a lost hold once, so deliver it when the slot is free again.
+                let (slot, token) = (slot.clone(), report.token);
+                crate::driver::spawn_detached("lost-hold report", async move {
+                    if let Some(h) = slot.hold.lock().await.as_ref().filter(|h| h.token == token) {
+                        h.lost.send_replace(true);
+                    }
+                });
             }
         })
     }

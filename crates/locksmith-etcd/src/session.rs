@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use locksmith_core::driver::CancelGuard;
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result, Session};
+use locksmith_core::driver::{CancelGuard, HoldTable};
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::raw::pb::{event::EventType, Compare, RangeRequest, RequestOp, ResponseHeader, TxnRequest};
@@ -37,20 +37,13 @@ impl Drop for NameSlot {
     }
 }
 
-/// A granted hold.
-struct Hold {
-    owner: String,
-    token: u64,
-    key: String,
-    _slot: NameSlot,
-}
-
 /// One session on an etcd backend: a lease.
 pub(crate) struct EtcdSession {
     shared: Arc<Shared>,
     lease: i64,
     names: NameMap,
-    holds: Arc<Mutex<HashMap<LockName, Hold>>>,
+    /// Each hold keeps its name's slot (one key per name and lease) until it is released.
+    holds: HoldTable<Arc<NameSlot>>,
     keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
     closed: AtomicBool,
 }
@@ -61,7 +54,7 @@ impl EtcdSession {
             shared,
             lease,
             names: NameMap::default(),
-            holds: Arc::default(),
+            holds: HoldTable::default(),
             keeper: tokio::sync::Mutex::new(None),
             closed: AtomicBool::new(false),
         }
@@ -256,28 +249,17 @@ impl Session for EtcdSession {
     /// Cancel safe: an interrupted keep-alive stream is discarded and re-opened next time.
     async fn keep_alive(&self) -> Result<KeepAlive> {
         self.renew().await?;
-        let snapshot: Vec<(LockName, String, u64, String)> = {
-            let holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
-            holds.iter().map(|(n, h)| (n.clone(), h.owner.clone(), h.token, h.key.clone())).collect()
-        };
-        let mut out = KeepAlive::default();
+        let snapshot = self.holds.snapshot();
         if snapshot.is_empty() {
-            return Ok(out);
+            return Ok(KeepAlive::default());
         }
-        let keys: Vec<String> = snapshot.iter().map(|s| s.3.clone()).collect();
+        let keys: Vec<String> = snapshot.iter().map(|h| self.key(&h.name)).collect();
         let revs = self.create_revisions(&keys).await?;
-        let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
-        for ((name, owner, token, key), rev) in snapshot.into_iter().zip(revs) {
-            if u64::try_from(rev).ok() == Some(token) {
-                continue;
-            }
-            if holds.get(&name).is_some_and(|h| h.token == token && h.owner == owner) {
-                holds.remove(&name);
-                tracing::warn!(%key, token, "hold found deleted on keep-alive");
-                out.lost.push(LostHold::new(name, owner, token));
-            }
-        }
-        Ok(out)
+        let verdicts = snapshot.into_iter().zip(revs).map(|(h, rev)| {
+            let ours = u64::try_from(rev).ok() == Some(h.token);
+            (h, ours)
+        });
+        Ok(self.holds.report(verdicts, "hold found deleted on keep-alive"))
     }
 
     /// Acquires with Go's `concurrency.Mutex` recipe, waiting on a watch of the predecessor.
@@ -309,8 +291,7 @@ impl Session for EtcdSession {
         match self.acquire_inner(&req, pending.state_mut()).await? {
             Some(token) => {
                 let slot = pending.disarm().slot;
-                let hold = Hold { owner: req.owner.clone(), token, key, _slot: slot };
-                self.holds.lock().unwrap_or_else(|p| p.into_inner()).insert(req.name.clone(), hold);
+                self.holds.insert(req.name.clone(), req.owner.clone(), token, Arc::new(slot));
                 Ok(Acquired::Granted { token })
             }
             None => Ok(Acquired::Busy),
@@ -323,13 +304,8 @@ impl Session for EtcdSession {
     /// Cancel safe; a key left behind is replaced by the next acquisition or expires with the
     /// lease.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let hold = {
-            let mut holds = self.holds.lock().unwrap_or_else(|p| p.into_inner());
-            match holds.get(name) {
-                Some(h) if h.owner == owner && h.token == token => holds.remove(name),
-                _ => None,
-            }
-        };
+        // The name's slot stays taken until the delete is done.
+        let hold = self.holds.take_token(name, owner, token);
         let key = self.key(name);
         let rev = i64::try_from(token).map_err(|_| Error::InvalidArgument(format!("token {token} out of range")))?;
         let deleted = self.delete_own(&key, Some(rev)).await;
@@ -346,7 +322,7 @@ impl Session for EtcdSession {
         self.keeper.lock().await.take();
         let mut c = self.shared.client().await?;
         let r = self.shared.call(c.lease_revoke(self.lease)).await;
-        self.holds.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        drop(self.holds.drain());
         match r {
             Ok(_) | Err(Error::SessionExpired) => Ok(()),
             Err(e) => Err(e),

@@ -6,18 +6,20 @@
 
 use std::sync::Arc;
 
-use locksmith_core::driver::{CancelGuard, OnDrop};
+use locksmith_core::driver::{CancelGuard, HoldId, OnDrop};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::holds::{Entry, HoldKey, Holds};
+use crate::holds::{Entry, Holds};
 use crate::shared::Shared;
 
 /// The session entry of one acquisition in progress, as its cleanup needs it.
 pub(crate) struct Pending {
     pub(crate) shared: Arc<Shared>,
     pub(crate) holds: Arc<Holds>,
-    pub(crate) key: HoldKey,
+    /// The entry's registration in `holds`.
+    pub(crate) id: HoldId,
     pub(crate) entry: Arc<Entry>,
+    pub(crate) owner: String,
     /// The entry's op lock, held until the acquisition ends or its cleanup has finished, so the
     /// next acquisition of the same `(lock, owner)` starts after it.
     pub(crate) _op: OwnedMutexGuard<()>,
@@ -34,14 +36,14 @@ impl Pending {
             let queued = p.entry.waiter.get().is_some();
             if !p.in_flight && !queued {
                 // Nothing of ours can be in Redis: forget the entry now.
-                p.holds.remove_if(&p.key, &p.entry);
+                p.holds.remove(&p.entry.name, &p.owner, p.id);
                 return None;
             }
             // Forgotten also when no runtime runs the rest: the key's TTL is then the backstop.
             let forget = {
-                let (holds, key, entry) = (p.holds.clone(), p.key.clone(), p.entry.clone());
+                let (holds, name, owner, id) = (p.holds.clone(), p.entry.name.clone(), p.owner.clone(), p.id);
                 OnDrop::new(move || {
-                    holds.remove_if(&key, &entry);
+                    holds.remove(&name, &owner, id);
                 })
             };
             Some(async move {

@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::millis;
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
 
-use crate::holds::{Entry, HoldKey, Holds};
+use crate::holds::{Entry, Holds};
 use crate::layout::{random_uuid, Mode};
 use crate::pending::Pending;
 use crate::scripts::Attempt;
@@ -41,23 +41,24 @@ impl RedisSession {
 
     /// Creates the session entry for `key` (after any cleanup of an earlier attempt of the same
     /// `(lock, owner)` has finished) and returns it guarded.
-    async fn begin(&self, hk: HoldKey) -> Result<CancelGuard<Pending>> {
+    async fn begin(&self, name: &LockName, owner: &str) -> Result<CancelGuard<Pending>> {
         loop {
-            let key = self.shared.layout.key(hk.0.as_str());
-            let ident = self.shared.layout.ident(&self.id, &hk.1);
-            let entry = Arc::new(Entry::new(hk.0.clone(), key, ident));
+            let key = self.shared.layout.key(name.as_str());
+            let ident = self.shared.layout.ident(&self.id, owner);
+            let entry = Arc::new(Entry::new(name.clone(), key, ident));
             let op = entry
                 .op
                 .clone()
                 .try_lock_owned()
                 .map_err(|_| Error::Protocol("redis: a fresh hold entry was locked".into()))?;
-            match self.holds.insert_new(hk.clone(), entry.clone()) {
-                Ok(()) => {
+            match self.holds.insert_pending(name.clone(), owner.to_string(), entry.clone()) {
+                Ok(id) => {
                     return Ok(Pending {
                         shared: self.shared.clone(),
                         holds: self.holds.clone(),
-                        key: hk,
+                        id,
                         entry,
+                        owner: owner.to_string(),
                         _op: op,
                         ttl_ms: self.ttl_ms,
                         in_flight: false,
@@ -67,9 +68,9 @@ impl RedisSession {
                 Err(existing) => {
                     // Wait for a cleanup still running; a granted entry left behind (the engine
                     // dropped a hold it considered dead) is freed before starting afresh.
-                    let _op = existing.op.clone().lock_owned().await;
-                    if self.holds.remove_if(&hk, &existing) && existing.token() != 0 {
-                        self.shared.release(&existing, self.ttl_ms).await?;
+                    let _op = existing.value.op.clone().lock_owned().await;
+                    if self.holds.remove(name, owner, existing.id) && existing.granted {
+                        self.shared.release(&existing.value, self.ttl_ms).await?;
                     }
                 }
             }
@@ -92,23 +93,16 @@ impl Session for RedisSession {
     /// # Cancel safety
     /// Cancel safe.
     async fn keep_alive(&self) -> Result<KeepAlive> {
+        // Pending entries are renewed too (a grant whose answer comes after this renewal is
+        // covered by it), but never reported lost; a hold released meanwhile is not reported.
         let snapshot = self.holds.snapshot();
-        let mut out = KeepAlive::default();
         if snapshot.is_empty() {
             self.shared.ping().await?;
-            return Ok(out);
+            return Ok(KeepAlive::default());
         }
-        let entries: Vec<&Entry> = snapshot.iter().map(|(_, e, _)| e.as_ref()).collect();
+        let entries: Vec<&Entry> = snapshot.iter().map(|h| h.value.as_ref()).collect();
         let renewed = self.shared.renew(&entries, self.ttl_ms).await?;
-        for ((hk, entry, token), ours) in snapshot.iter().zip(renewed) {
-            // Pending entries (token 0 when the renewal was sent) are not lost, just not yet
-            // granted; a hold released meanwhile is no longer in the table and not reported.
-            if !ours && *token != 0 && self.holds.remove_if(hk, entry) {
-                tracing::warn!(key = %entry.key, token, "hold found gone or taken on renewal");
-                out.lost.push(LostHold::new(entry.name.clone(), hk.1.clone(), *token));
-            }
-        }
-        Ok(out)
+        Ok(self.holds.report(snapshot.into_iter().zip(renewed), "hold found gone or taken on renewal"))
     }
 
     /// Acquires; a busy lock is waited for. Plain mode: after the first busy attempt the waiter
@@ -128,7 +122,7 @@ impl Session for RedisSession {
             return Err(Error::InvalidArgument("the redis backend does not support lock-delay".into()));
         }
         self.shared.layout.check_name(req.name.as_str())?;
-        let mut pending = self.begin((req.name.clone(), req.owner.clone())).await?;
+        let mut pending = self.begin(&req.name, &req.owner).await?;
         let key = pending.state().entry.key.clone();
         let plain = self.shared.layout.mode == Mode::Plain;
         // Reentrant: Redisson's channel, shared by every waiter, is subscribed before the first try.
@@ -164,7 +158,8 @@ impl Session for RedisSession {
             let busy = match attempt {
                 Attempt::Granted(token) => {
                     // The entry now belongs to the session; its op lock is freed here.
-                    pending.disarm().entry.grant(token);
+                    let p = pending.disarm();
+                    self.holds.grant(&req.name, &req.owner, p.id, token);
                     return Ok(Acquired::Granted { token });
                 }
                 Attempt::WrongType(ty) => return Err(Self::wrong_type(&key, &ty)),
@@ -211,12 +206,11 @@ impl Session for RedisSession {
     /// # Cancel safety
     /// Cancel safe; the release may or may not have happened, the key's TTL is the backstop.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let hk = (name.clone(), owner.to_string());
-        let Some(entry) = self.holds.get(&hk) else { return Ok(false) };
-        if entry.token() != token || !self.holds.remove_if(&hk, &entry) {
+        let Some(h) = self.holds.get(name, owner) else { return Ok(false) };
+        if !h.granted || h.token != token || !self.holds.remove(name, owner, h.id) {
             return Ok(false);
         }
-        self.shared.release(&entry, self.ttl_ms).await
+        self.shared.release(&h.value, self.ttl_ms).await
     }
 
     /// Releases every hold of the session, and takes acquisitions still pending out of their
@@ -226,11 +220,12 @@ impl Session for RedisSession {
     /// Cancel safe; holds not released expire after the TTL, queue entries go stale.
     async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::SeqCst);
-        let entries = self.holds.drain();
-        let results = futures_util::future::join_all(entries.iter().map(|e| async move {
+        let holds = self.holds.drain();
+        let results = futures_util::future::join_all(holds.iter().map(|h| async move {
+            let e = &h.value;
             self.shared.release(e, self.ttl_ms).await?;
-            match (e.token(), e.waiter.get()) {
-                (0, Some(waiter)) => self.shared.leave(&e.key, waiter).await,
+            match (h.granted, e.waiter.get()) {
+                (false, Some(waiter)) => self.shared.leave(&e.key, waiter).await,
                 _ => Ok(()),
             }
         }))

@@ -8,13 +8,13 @@
 //! locks (a bump inside the still-open transaction would roll back with a lost hold, and the
 //! next holder would repeat the token).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
+use locksmith_core::driver::HoldTable;
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::conn;
@@ -37,7 +37,6 @@ macro_rules! my_name {
 }
 
 type Conn = Arc<AsyncMutex<Dedicated>>;
-type Holds = HashMap<(LockName, String), (Conn, u64)>;
 
 /// One session whose holds are database sessions.
 pub(crate) struct ScopedSession {
@@ -45,18 +44,15 @@ pub(crate) struct ScopedSession {
     id: String,
     /// The session's lease: a holding connection idle this long is ended by the server.
     ttl: Duration,
-    holds: Mutex<Holds>,
+    /// Each hold's dedicated connection.
+    holds: HoldTable<Conn>,
     closed: AtomicBool,
 }
 
 impl ScopedSession {
     pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
         let id = format!("{:016x}", rand::random::<u64>());
-        Self { db, id, ttl, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
-    }
-
-    fn holds(&self) -> MutexGuard<'_, Holds> {
-        self.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        Self { db, id, ttl, holds: HoldTable::default(), closed: AtomicBool::new(false) }
     }
 
     /// Tries the lock once on `conn` (never blocks in the server).
@@ -234,28 +230,21 @@ impl Session for ScopedSession {
     /// # Cancel safety
     /// Cancel safe.
     async fn keep_alive(&self) -> Result<KeepAlive> {
-        let snapshot: Vec<_> = self.holds().iter().map(|(k, (c, t))| (k.clone(), c.clone(), *t)).collect();
-        let mut out = KeepAlive::default();
+        let snapshot = self.holds.snapshot();
         if snapshot.is_empty() {
             self.db.ping().await?;
-            return Ok(out);
+            return Ok(KeepAlive::default());
         }
-        for ((name, owner), conn, token) in snapshot {
+        let mut verdicts = Vec::with_capacity(snapshot.len());
+        for h in snapshot {
             let held = {
-                let mut c = conn.lock().await;
-                self.still_held(&mut c, name.as_str()).await
+                let mut c = h.value.lock().await;
+                self.still_held(&mut c, h.name.as_str()).await
             };
-            if matches!(held, Ok(true)) {
-                continue;
-            }
-            let mut holds = self.holds();
-            if holds.get(&(name.clone(), owner.clone())).is_some_and(|(c, _)| Arc::ptr_eq(c, &conn)) {
-                holds.remove(&(name.clone(), owner.clone()));
-                tracing::warn!(%name, token, "the connection holding the lock is gone");
-                out.lost.push(LostHold::new(name, owner, token));
-            }
+            // An error on the holding connection is a lost hold: the lock lives and dies with it.
+            verdicts.push((h, matches!(held, Ok(true))));
         }
-        Ok(out)
+        Ok(self.holds.report(verdicts, "the connection holding the lock is gone"))
     }
 
     /// Opens a dedicated connection and takes the lock on it: `pg_try_advisory_lock` /
@@ -273,10 +262,8 @@ impl Session for ScopedSession {
         if req.lock_delay.is_some() {
             return Err(Error::InvalidArgument("the sql backends do not support lock-delay".into()));
         }
-        let key = (req.name.clone(), req.owner.clone());
-        let stale = self.holds().remove(&key);
-        if let Some((conn, _)) = stale {
-            let mut c = conn.lock().await;
+        if let Some(stale) = self.holds.take(&req.name, &req.owner) {
+            let mut c = stale.value.lock().await;
             let _ = self.unlock(&mut c, req.name.as_str()).await;
         }
         let name = req.name.as_str();
@@ -293,7 +280,7 @@ impl Session for ScopedSession {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::SessionExpired);
         }
-        self.holds().insert(key, (Arc::new(AsyncMutex::new(conn)), token));
+        self.holds.insert(req.name.clone(), req.owner.clone(), token, Arc::new(AsyncMutex::new(conn)));
         Ok(Acquired::Granted { token })
     }
 
@@ -302,15 +289,7 @@ impl Session for ScopedSession {
     /// # Cancel safety
     /// Cancel safe: if dropped, the connection is dropped and the database frees the lock.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let key = (name.clone(), owner.to_string());
-        let conn = {
-            let mut holds = self.holds();
-            match holds.get(&key) {
-                Some((_, t)) if *t == token => holds.remove(&key).map(|(c, _)| c),
-                _ => None,
-            }
-        };
-        let Some(conn) = conn else { return Ok(false) };
+        let Some(conn) = self.holds.take_token(name, owner, token) else { return Ok(false) };
         self.finish(conn, name.as_str()).await
     }
 
@@ -320,9 +299,8 @@ impl Session for ScopedSession {
     /// Cancel safe; dropped connections free their locks.
     async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::SeqCst);
-        let holds: Vec<_> = self.holds().drain().collect();
-        for ((name, _), (conn, _)) in holds {
-            let _ = self.finish(conn, name.as_str()).await;
+        for h in self.holds.drain() {
+            let _ = self.finish(h.value, h.name.as_str()).await;
         }
         Ok(())
     }

@@ -2,14 +2,13 @@
 //! Each lock row carries its own `expires_at`; the engine's keep-alive renews every hold,
 //! owner-checked.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::driver::{millis, CancelGuard};
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, LostHold, Result, Session};
+use locksmith_core::driver::{millis, CancelGuard, HoldTable};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
 
 use crate::db::{Attempt, Db};
 
@@ -20,15 +19,13 @@ const MAX_WAIT_FAILURES: u32 = 3;
 /// capped by the holder's remaining lease.
 const PUSHED_FALLBACK: Duration = Duration::from_secs(1);
 
-/// `(lock, owner id as the engine names it)` → `(owner column, token)`.
-type Holds = HashMap<(LockName, String), (String, u64)>;
-
 /// One session on a SQL backend.
 pub(crate) struct SqlSession {
     db: Arc<Db>,
     id: String,
     ttl_ms: i64,
-    holds: Mutex<Holds>,
+    /// Each hold's owner column.
+    holds: HoldTable<String>,
     closed: AtomicBool,
 }
 
@@ -49,11 +46,7 @@ impl SqlSession {
     pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
         let ttl_ms = i64::try_from(millis(ttl)).unwrap_or(i64::MAX);
         let id = format!("{:016x}", rand::random::<u64>());
-        Self { db, id, ttl_ms, holds: Mutex::new(HashMap::new()), closed: AtomicBool::new(false) }
-    }
-
-    fn holds(&self) -> MutexGuard<'_, Holds> {
-        self.holds.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        Self { db, id, ttl_ms, holds: HoldTable::default(), closed: AtomicBool::new(false) }
     }
 
     /// The owner column of one attempt: `<session>:<nonce>:<owner>`.
@@ -83,32 +76,21 @@ impl Session for SqlSession {
     /// # Cancel safety
     /// Cancel safe.
     async fn keep_alive(&self) -> Result<KeepAlive> {
-        let snapshot: Vec<_> = self.holds().iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        let mut out = KeepAlive::default();
+        let snapshot = self.holds.snapshot();
         if snapshot.is_empty() {
             self.db.ping().await?;
-            return Ok(out);
+            return Ok(KeepAlive::default());
         }
         let batch: Vec<_> = snapshot
             .iter()
-            .map(|((name, _), (column, token))| {
-                (name.to_string(), column.clone(), i64::try_from(*token).unwrap_or(i64::MAX))
-            })
+            .map(|h| (h.name.to_string(), h.value.clone(), i64::try_from(h.token).unwrap_or(i64::MAX)))
             .collect();
         let renewed = self.db.renew_all(&batch, self.ttl_ms).await?;
-        for ((name, owner), (column, token)) in snapshot {
-            if renewed.contains(&(name.to_string(), column.clone())) {
-                continue;
-            }
-            let mut holds = self.holds();
-            // Released meanwhile: not lost.
-            if holds.get(&(name.clone(), owner.clone())).is_some_and(|(c, _)| *c == column) {
-                holds.remove(&(name.clone(), owner.clone()));
-                tracing::warn!(%name, token, "hold found gone or taken on renewal");
-                out.lost.push(LostHold::new(name, owner, token));
-            }
-        }
-        Ok(out)
+        let verdicts = snapshot.into_iter().map(|h| {
+            let ours = renewed.contains(&(h.name.to_string(), h.value.clone()));
+            (h, ours)
+        });
+        Ok(self.holds.report(verdicts, "hold found gone or taken on renewal"))
     }
 
     /// Acquires in one short transaction per attempt; a waiter retries on a jittered exponential
@@ -124,11 +106,9 @@ impl Session for SqlSession {
         if req.lock_delay.is_some() {
             return Err(Error::InvalidArgument("the sql backends do not support lock-delay".into()));
         }
-        let key = (req.name.clone(), req.owner.clone());
         // A hold the engine dropped without releasing (it considered it dead) is freed first.
-        let stale = self.holds().remove(&key);
-        if let Some((column, token)) = stale {
-            self.db.release(req.name.as_str(), &column, token).await?;
+        if let Some(stale) = self.holds.take(&req.name, &req.owner) {
+            self.db.release(req.name.as_str(), &stale.value, stale.token).await?;
         }
         // PostgreSQL waiters are woken by NOTIFY; the timer is then only a fallback.
         let waiting = match req.wait {
@@ -150,7 +130,7 @@ impl Session for SqlSession {
                         self.db.release(req.name.as_str(), &column, token).await?;
                         return Err(Error::SessionExpired);
                     }
-                    self.holds().insert(key, (column, token));
+                    self.holds.insert(req.name.clone(), req.owner.clone(), token, column);
                     return Ok(Acquired::Granted { token });
                 }
                 Ok(Attempt::Busy(left)) => {
@@ -191,18 +171,7 @@ impl Session for SqlSession {
     /// # Cancel safety
     /// Cancel safe; the release may or may not have happened, `expires_at` is the backstop.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let key = (name.clone(), owner.to_string());
-        let column = {
-            let mut holds = self.holds();
-            match holds.get(&key) {
-                Some((column, t)) if *t == token => {
-                    let column = column.clone();
-                    holds.remove(&key);
-                    column
-                }
-                _ => return Ok(false),
-            }
-        };
+        let Some(column) = self.holds.take_token(name, owner, token) else { return Ok(false) };
         self.db.release(name.as_str(), &column, token).await
     }
 
@@ -212,10 +181,9 @@ impl Session for SqlSession {
     /// Cancel safe; holds not released expire after the TTL.
     async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::SeqCst);
-        let holds: Vec<_> = self.holds().drain().collect();
         let mut first = None;
-        for ((name, _), (column, token)) in holds {
-            if let Err(e) = self.db.release(name.as_str(), &column, token).await {
+        for h in self.holds.drain() {
+            if let Err(e) = self.db.release(h.name.as_str(), &h.value, h.token).await {
                 first.get_or_insert(e);
             }
         }

@@ -3,8 +3,8 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use locksmith_core::driver::CancelGuard;
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, LostHold, Result};
+use locksmith_core::driver::{CancelGuard, HoldTable};
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result};
 use zookeeper_client as zk;
 
 use crate::layout::{contenders, map_err, retry};
@@ -13,26 +13,19 @@ use crate::url::lock_dir;
 /// How long `close` waits for the server to confirm the session's end.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
-#[derive(Debug, Clone)]
-struct Hold {
-    name: LockName,
-    owner: String,
-    token: u64,
-    path: String,
-}
-
 pub(crate) struct ZkSession {
     client: Mutex<Option<zk::Client>>,
     id: String,
     url: String,
     base: String,
-    holds: Mutex<Vec<Hold>>,
+    /// Each hold's node path.
+    holds: HoldTable<String>,
 }
 
 impl ZkSession {
     pub(crate) fn new(client: zk::Client, url: String, base: String) -> Self {
         let id = format!("{:x}", client.session_id().0);
-        Self { client: Mutex::new(Some(client)), id, url, base, holds: Mutex::new(Vec::new()) }
+        Self { client: Mutex::new(Some(client)), id, url, base, holds: HoldTable::default() }
     }
 
     fn client(&self) -> Result<zk::Client> {
@@ -46,10 +39,6 @@ impl ZkSession {
 
     fn err(&self, e: zk::Error) -> Error {
         map_err(&self.url, e)
-    }
-
-    fn holds(&self) -> std::sync::MutexGuard<'_, Vec<Hold>> {
-        self.holds.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -107,18 +96,13 @@ impl locksmith_core::Session for ZkSession {
     async fn keep_alive(&self) -> Result<KeepAlive> {
         let client = self.client()?;
         retry(|| client.check_stat("/")).await.map_err(|e| self.err(e))?;
-        let holds = self.holds().clone();
-        let mut ka = KeepAlive::default();
-        for h in holds {
-            match retry(|| client.check_stat(&h.path)).await.map_err(|e| self.err(e))? {
-                Some(stat) if stat.ephemeral_owner == client.session_id().0 => {}
-                _ => {
-                    self.holds().retain(|x| x.path != h.path);
-                    ka.lost.push(LostHold::new(h.name.clone(), h.owner.clone(), h.token));
-                }
-            }
+        let mut verdicts = Vec::new();
+        for h in self.holds.snapshot() {
+            let stat = retry(|| client.check_stat(&h.value)).await.map_err(|e| self.err(e))?;
+            let ours = stat.is_some_and(|stat| stat.ephemeral_owner == client.session_id().0);
+            verdicts.push((h, ours));
         }
-        Ok(ka)
+        Ok(self.holds.report(verdicts, "lock node deleted or taken over"))
     }
 
     /// Creates our node, then waits (watching only the predecessor) until it is the lowest.
@@ -184,7 +168,7 @@ impl locksmith_core::Session for ZkSession {
             };
             if pos == 0 {
                 cleanup.disarm();
-                self.holds().push(Hold { name: req.name.clone(), owner: req.owner.clone(), token, path });
+                self.holds.insert(req.name.clone(), req.owner.clone(), token, path);
                 return Ok(Acquired::Granted { token });
             }
             if !req.wait {
@@ -214,13 +198,12 @@ impl locksmith_core::Session for ZkSession {
     /// # Cancel safety
     /// Cancel safe; the hold stays recorded until the delete is confirmed.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let hold = self.holds().iter().find(|h| &h.name == name && h.owner == owner && h.token == token).cloned();
-        let Some(hold) = hold else { return Ok(false) };
+        let Some(hold) = self.holds.get(name, owner).filter(|h| h.token == token) else { return Ok(false) };
         let client = self.client()?;
-        let r = retry(|| client.delete(&hold.path, None)).await;
+        let r = retry(|| client.delete(&hold.value, None)).await;
         match r {
             Ok(()) | Err(zk::Error::NoNode) => {
-                self.holds().retain(|h| h.path != hold.path);
+                self.holds.remove(name, owner, hold.id);
                 Ok(r.is_ok())
             }
             Err(e) => Err(self.err(e)),
@@ -232,7 +215,7 @@ impl locksmith_core::Session for ZkSession {
     /// # Cancel safety
     /// Cancel safe.
     async fn close(&self) -> Result<()> {
-        self.holds().clear();
+        drop(self.holds.drain());
         let c = self.client.lock().unwrap_or_else(|p| p.into_inner()).take();
         let Some(c) = c else { return Ok(()) };
         // The library sends CloseSession once the last handle is gone (a pending cleanup of a

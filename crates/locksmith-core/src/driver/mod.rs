@@ -3,13 +3,17 @@
 //!
 //! - [`cancel`]: [`CancelGuard`], the cleanup of an abandoned acquisition (a dropped `lock()`
 //!   leaves no waiter and no hold), and [`spawn_detached`] for every other spawn-on-drop.
+//! - [`holds`]: [`HoldTable`], a session's holds and the lost-holds helper every keep-alive
+//!   ends with.
 //! - [`timing`]: the waiters' [`Backoff`], the clock-drift margin [`drift`], [`millis`].
 //!
 //! A new driver is its protocol (scripts, queries, node layouts) plus these parts; the engine
 //! ([`Client`](crate::Client), [`Guard`](crate::Guard), the session keeper) does the rest.
 
 pub mod cancel;
+pub mod holds;
 pub mod timing;
 
 pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
+pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};

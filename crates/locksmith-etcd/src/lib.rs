@@ -77,6 +77,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use locksmith_core::driver::BackendUrl;
 use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
 use tokio::sync::OnceCell;
 use tonic::{Code, Status};
@@ -157,36 +158,24 @@ impl EtcdBackend {
     /// # Errors
     /// [`Error::InvalidUrl`] when the URL is not of that form.
     pub fn from_url(url: &str) -> Result<Self> {
-        let endpoints = parse_url(url)?;
+        let u = parse_url(url)?;
         Ok(Self {
             shared: Arc::new(Shared {
-                url: format!("etcd://{}", endpoints.join(",")),
-                endpoints: endpoints.iter().map(|e| format!("http://{e}")).collect(),
+                url: u.describe(&[]),
+                endpoints: u.hosts().iter().map(|h| format!("http://{h}")).collect(),
                 client: OnceCell::new(),
             }),
         })
     }
 }
 
-fn parse_url(url: &str) -> Result<Vec<String>> {
-    let bad = |reason: &str| Error::InvalidUrl { url: url.to_string(), reason: reason.to_string() };
-    let rest = url.strip_prefix("etcd://").ok_or_else(|| bad("expected etcd://host:port[,host:port…]"))?;
-    let rest = rest.strip_suffix('/').unwrap_or(rest);
-    if rest.contains(['@', '?', '#', '/']) {
-        return Err(bad("credentials, paths and options are not supported"));
+fn parse_url(url: &str) -> Result<BackendUrl> {
+    let u = BackendUrl::parse(url)?;
+    if u.scheme().name != "etcd" {
+        return Err(u.invalid("expected etcd://host:port[,host:port…]".into()));
     }
-    let mut out = Vec::new();
-    for hp in rest.split(',') {
-        let (host, port) = match hp.rsplit_once(':') {
-            Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad(&format!("bad port in {hp:?}")))?),
-            None => (hp, 2379),
-        };
-        if host.is_empty() || port == 0 || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
-            return Err(bad(&format!("bad endpoint {hp:?}")));
-        }
-        out.push(format!("{host}:{port}"));
-    }
-    Ok(out)
+    u.refuse_extras(false, false, false)?;
+    Ok(u)
 }
 
 /// The key prefix of lock `name` (Go's `pfx + "/"`).
@@ -286,8 +275,9 @@ mod tests {
 
     #[test]
     fn urls_parse_or_are_refused() {
-        assert_eq!(parse_url("etcd://127.0.0.1:2379").unwrap(), vec!["127.0.0.1:2379"]);
-        assert_eq!(parse_url("etcd://a:1,b").unwrap(), vec!["a:1", "b:2379"]);
+        let hosts = |u: &str| parse_url(u).map(|u| u.hosts().iter().map(ToString::to_string).collect::<Vec<_>>());
+        assert_eq!(hosts("etcd://127.0.0.1:2379").unwrap(), vec!["127.0.0.1:2379"]);
+        assert_eq!(hosts("etcd://a:1,b").unwrap(), vec!["a:1", "b:2379"]);
         for bad in ["redis://x", "etcd://", "etcd://a:x", "etcd://u@a:1", "etcd://a:1/p", "etcd://a:0"] {
             assert!(matches!(parse_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
         }

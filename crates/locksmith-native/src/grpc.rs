@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
+use locksmith_core::driver::BackendUrl;
 use locksmith_core::{Backend, Error, LockName, LockStatus, Result, Session};
 use locksmith_proto::locksmith_client::LocksmithClient;
 use locksmith_proto::StatusRequest;
@@ -41,19 +42,32 @@ impl NativeBackend {
     /// [`Error::Unavailable`].
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] if `authority` is not `host:port`.
+    /// [`Error::InvalidUrl`] if `authority` is not `host[:port]`.
     pub fn new(authority: &str) -> Result<Self> {
-        let url = format!("locksmith://{authority}");
-        let bad = |reason: &str| Error::InvalidUrl { url: url.clone(), reason: reason.into() };
-        if authority.is_empty() || authority.contains('/') || authority.contains('@') {
-            return Err(bad("expected locksmith://host:port"));
+        Self::from_url(&format!("locksmith://{authority}"))
+    }
+
+    /// A backend for `locksmith://host[:port]` (port 7531 when omitted). Connects lazily.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`] for another scheme, several hosts, credentials, a path or options.
+    pub fn from_url(url: &str) -> Result<Self> {
+        let u = BackendUrl::parse(url)?;
+        if u.scheme().name != "locksmith" {
+            return Err(u.invalid("expected locksmith://host:port".into()));
         }
-        let endpoint = Endpoint::from_shared(format!("http://{authority}"))
-            .map_err(|e| bad(&e.to_string()))?
+        u.refuse_extras(false, false, false)?;
+        let [host] = u.hosts() else {
+            return Err(u.invalid("expected one host: locksmith://host:port".into()));
+        };
+        let bad = |e: tonic::transport::Error| u.invalid(locksmith_core::error_chain(&e));
+        let endpoint = Endpoint::from_shared(format!("http://{host}"))
+            .map_err(bad)?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_while_idle(true);
+        let url = u.describe(&[]);
         Ok(Self { inner: Arc::new(GrpcConnector { url, endpoint, channel: std::sync::OnceLock::new() }) })
     }
 

@@ -31,7 +31,7 @@ impl RedisBackend {
     /// ```
     /// let b = locksmith_redis::RedisBackend::from_url("redis://user:secret@127.0.0.1:6379/1?mode=reentrant")?;
     /// use locksmith_core::Backend;
-    /// assert_eq!(b.describe(), "redis://127.0.0.1:6379/1?mode=reentrant");
+    /// assert_eq!(b.describe(), "redis://user@127.0.0.1:6379/1?mode=reentrant");
     /// assert_eq!(b.mode(), locksmith_redis::Mode::Reentrant);
     /// # Ok::<(), locksmith_core::Error>(())
     /// ```

@@ -3,7 +3,8 @@
 //! Our own query options are taken off before the rest goes to the `redis` crate, which parses
 //! credentials, host, port and database.
 
-use locksmith_core::{Error, Result};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::Result;
 
 use crate::layout::Mode;
 
@@ -27,77 +28,31 @@ impl Config {
     /// [`Error::InvalidUrl`] for another scheme, a missing host, an unknown option or mode, or
     /// anything the `redis` crate refuses.
     pub(crate) fn parse(url: &str) -> Result<Self> {
-        let bad = |reason: String| Error::InvalidUrl { url: redact(url), reason };
-        let rest = url
-            .strip_prefix("redis://")
-            .ok_or_else(|| bad("expected redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]".into()))?;
-        let (base, query) = match rest.split_once('?') {
-            Some((b, q)) => (b, Some(q)),
-            None => (rest, None),
+        let mut u = BackendUrl::parse(url)?;
+        if u.scheme().name != "redis" {
+            return Err(u.invalid("expected redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]".into()));
+        }
+        if u.hosts().len() != 1 {
+            return Err(u.invalid("expected one host (for several independent instances use redlock://)".into()));
+        }
+        let mode = match u.take_option("mode").as_deref() {
+            None | Some("plain") => Mode::Plain,
+            Some("reentrant") => Mode::Reentrant,
+            Some(other) => return Err(u.invalid(format!("unknown mode {other:?}; expected plain or reentrant"))),
         };
-        let authority = base.split('/').next().unwrap_or_default();
-        let host_port = authority.rsplit('@').next().unwrap_or_default();
-        if host_port.is_empty() || host_port.starts_with(':') {
-            return Err(bad("missing host".into()));
-        }
-        let mut mode = Mode::Plain;
-        let mut prefix = String::new();
-        for pair in query.unwrap_or_default().split('&').filter(|p| !p.is_empty()) {
-            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-            let v = percent_decode(v).ok_or_else(|| bad(format!("bad percent-encoding in {k}")))?;
-            match k {
-                "mode" => {
-                    mode = match v.as_str() {
-                        "plain" => Mode::Plain,
-                        "reentrant" => Mode::Reentrant,
-                        other => return Err(bad(format!("unknown mode {other:?}; expected plain or reentrant"))),
-                    }
-                }
-                "prefix" => prefix = v,
-                other => return Err(bad(format!("unknown option {other:?}; known: mode, prefix"))),
-            }
-        }
-        let client = redis::Client::open(format!("redis://{base}")).map_err(|e| bad(e.to_string()))?;
-        let path = &base[authority.len()..];
-        let mut describe = format!("redis://{host_port}{path}");
-        if mode == Mode::Reentrant {
-            describe.push_str("?mode=reentrant");
-        }
+        let prefix = u.take_option("prefix").unwrap_or_default();
+        u.refuse_other_options(&["mode", "prefix"])?;
+        u.refuse_extras(true, true, false)?;
+        let client = redis::Client::open(u.to_driver_url()).map_err(|e| u.invalid(e.to_string()))?;
+        let describe = u.describe(if mode == Mode::Reentrant { &[("mode", "reentrant")] } else { &[] });
         Ok(Self { client, describe, mode, prefix })
     }
-}
-
-/// `url` with any password replaced, so errors never echo a secret.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    match rest[..end].rsplit_once('@') {
-        Some((_, host)) => format!("{scheme}://***@{host}{}", &rest[end..]),
-        None => url.to_string(),
-    }
-}
-
-/// Decodes `%XX` escapes; `None` when an escape is malformed or the result is not UTF-8.
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use locksmith_core::Error;
 
     /// Options are parsed, the password never shows in `describe`.
     #[test]
@@ -105,7 +60,7 @@ mod tests {
         let c = Config::parse("redis://u:secret@127.0.0.1:6380/2?mode=reentrant&prefix=app%3A").unwrap();
         assert_eq!(c.mode, Mode::Reentrant);
         assert_eq!(c.prefix, "app:");
-        assert_eq!(c.describe, "redis://127.0.0.1:6380/2?mode=reentrant");
+        assert_eq!(c.describe, "redis://u@127.0.0.1:6380/2?mode=reentrant");
         let c = Config::parse("redis://127.0.0.1:6379").unwrap();
         assert_eq!(c.mode, Mode::Plain);
         assert_eq!(c.prefix, "");

@@ -2,28 +2,18 @@
 
 use std::collections::HashSet;
 
-use locksmith_core::{Error, Result};
+use locksmith_core::driver::{BackendUrl, HostPort};
+use locksmith_core::Result;
 
 /// One Redis master of the set.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Addr {
-    /// Host as written (IPv6 keeps its brackets).
-    pub(crate) host: String,
-    pub(crate) port: u16,
-}
-
-impl std::fmt::Display for Addr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
+pub(crate) type Addr = HostPort;
 
 /// A parsed Redlock URL.
 #[derive(Clone, PartialEq, Eq)]
 pub(crate) struct RedlockUrl {
     pub(crate) instances: Vec<Addr>,
-    /// `user:pass` applied to every instance; never shown.
-    pub(crate) userinfo: Option<String>,
+    /// The URL as parsed: credentials applied to every instance; printed only redacted.
+    url: BackendUrl,
     /// Prepended to every lock name to form the Redis key (empty: key = name, like redis-py).
     pub(crate) prefix: String,
 }
@@ -38,102 +28,65 @@ impl std::fmt::Debug for RedlockUrl {
 impl RedlockUrl {
     /// Parses `url`.
     pub(crate) fn parse(url: &str) -> Result<Self> {
-        let bad = |reason: String| Error::InvalidUrl { url: redact(url), reason };
-        let rest = url
-            .strip_prefix("redlock://")
-            .ok_or_else(|| bad("expected redlock://host1:port1,host2:port2,host3:port3".into()))?;
-        let (authority, query) = match rest.split_once('?') {
-            Some((a, q)) => (a, Some(q)),
-            None => (rest, None),
-        };
-        let authority = authority.strip_suffix('/').unwrap_or(authority);
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (Some(u.to_string()), h),
-            None => (None, authority),
-        };
-        let mut instances = Vec::new();
-        let mut seen = HashSet::new();
-        for part in hosts.split(',') {
-            let addr = parse_addr(part).map_err(&bad)?;
-            if !seen.insert((addr.host.to_ascii_lowercase(), addr.port)) {
-                return Err(bad(format!("instance {addr} is listed twice; Redlock needs independent instances")));
-            }
-            instances.push(addr);
+        let mut u = BackendUrl::parse(url)?;
+        if u.scheme().name != "redlock" {
+            return Err(u.invalid("expected redlock://host1:port1,host2:port2,host3:port3".into()));
         }
-        let n = instances.len();
+        let prefix = match u.take_option("prefix") {
+            Some(p) if p.is_empty() || p.chars().any(char::is_control) => {
+                return Err(u.invalid("prefix must be non-empty without control characters".into()))
+            }
+            p => p.unwrap_or_default(),
+        };
+        u.refuse_other_options(&["prefix"])?;
+        u.refuse_extras(true, false, false)?;
+        let mut seen = HashSet::new();
+        for addr in u.hosts() {
+            if !seen.insert((addr.host.to_ascii_lowercase(), addr.port)) {
+                return Err(u.invalid(format!("instance {addr} is listed twice; Redlock needs independent instances")));
+            }
+        }
+        let n = u.hosts().len();
         if n < 3 {
-            return Err(bad(format!(
+            return Err(u.invalid(format!(
                 "Redlock needs at least 3 independent Redis masters, got {n}; use redis:// for a single instance"
             )));
         }
         if n.is_multiple_of(2) {
-            return Err(bad(format!(
+            return Err(u.invalid(format!(
                 "Redlock needs an odd number of instances, got {n} (an even count tolerates no more failures than {})",
                 n - 1
             )));
         }
-        let mut prefix = String::new();
-        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("prefix", v)) if !v.is_empty() && !v.chars().any(char::is_control) => prefix = v.to_string(),
-                Some(("prefix", _)) => return Err(bad("prefix must be non-empty without control characters".into())),
-                _ => return Err(bad(format!("unknown option {pair:?}; known: prefix=P"))),
-            }
-        }
-        Ok(Self { instances, userinfo, prefix })
+        Ok(Self { instances: u.hosts().to_vec(), url: u, prefix })
     }
 
     /// The URL without credentials.
     pub(crate) fn describe(&self) -> String {
-        let hosts: Vec<String> = self.instances.iter().map(Addr::to_string).collect();
-        let mut s = format!("redlock://{}", hosts.join(","));
-        if !self.prefix.is_empty() {
-            s.push_str("?prefix=");
-            s.push_str(&self.prefix);
+        match self.prefix.as_str() {
+            "" => self.url.describe(&[]),
+            p => self.url.describe(&[("prefix", p)]),
         }
-        s
     }
 
-    /// The `redis://` URL of one instance, with credentials, for the redis crate.
+    /// The `redis://` URL of one instance, with the credentials, for the redis crate. A secret.
     pub(crate) fn instance_url(&self, addr: &Addr) -> String {
-        match &self.userinfo {
-            Some(u) => format!("redis://{u}@{addr}/"),
-            None => format!("redis://{addr}/"),
-        }
-    }
-}
-
-fn parse_addr(part: &str) -> std::result::Result<Addr, String> {
-    let expected = || format!("{part:?} is not host:port");
-    let (host, port) = if let Some(v6) = part.strip_prefix('[') {
-        let (h, p) = v6.split_once("]:").ok_or_else(expected)?;
-        (format!("[{h}]"), p)
-    } else {
-        let (h, p) = part.rsplit_once(':').ok_or_else(expected)?;
-        (h.to_string(), p)
-    };
-    let valid_host = |h: &str| !h.is_empty() && !h.contains(|c: char| c.is_whitespace() || "/@?#,:".contains(c));
-    if host.is_empty() || (!host.starts_with('[') && !valid_host(&host)) {
-        return Err(expected());
-    }
-    let port: u16 = port.parse().map_err(|_| format!("{part:?}: port must be a number in 1..=65535"))?;
-    if port == 0 {
-        return Err(format!("{part:?}: port must be a number in 1..=65535"));
-    }
-    Ok(Addr { host, port })
-}
-
-/// The URL with any `user:pass@` removed, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => format!("{}://{}", &url[..s], &url[at + 1..]),
-        _ => url.to_string(),
+        let single = self.url.to_driver_url().replacen("redlock://", "redis://", 1);
+        // Credentials are before the last '@' of the authority; the hosts after it.
+        let creds = single
+            .strip_prefix("redis://")
+            .and_then(|rest| rest.split(['/', '?']).next())
+            .and_then(|authority| authority.rsplit_once('@'))
+            .map(|(userinfo, _)| format!("{userinfo}@"))
+            .unwrap_or_default();
+        format!("redis://{creds}{addr}/")
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use locksmith_core::Error;
 
     fn reason(url: &str) -> String {
         match RedlockUrl::parse(url) {
@@ -159,11 +112,12 @@ mod tests {
         assert!(reason("redlock://a:1,b:2").contains("at least 3"));
         assert!(reason("redlock://a:1,b:2,c:3,d:4").contains("odd number"));
         assert!(reason("redlock://a:1,b:2,A:1").contains("listed twice"));
-        assert!(reason("redlock://a:1,b:2,c").contains("not host:port"));
+        assert_eq!(RedlockUrl::parse("redlock://a:1,b:2,c").unwrap().instances[2].port, 6379);
         assert!(reason("redlock://a:1,b:2,c:0").contains("port"));
         assert!(reason("redlock://a:1,b:2,c:x").contains("port"));
-        assert!(reason("redlock://a:1,,c:3").contains("not host:port"));
+        assert!(reason("redlock://a:1,,c:3").contains("missing host"));
         assert!(reason("redis://a:1,b:2,c:3").contains("expected redlock://"));
+        assert!(reason("redlock://a:1,b:2,c:3/x").contains("path"));
         assert!(reason("redlock://a:1,b:2,c:3?db=1").contains("unknown option"));
         assert!(reason("redlock://a:1,b:2,c:3?prefix=").contains("prefix"));
     }
@@ -174,6 +128,8 @@ mod tests {
         assert!(!u.describe().contains("s3cret"));
         assert!(!format!("{u:?}").contains("s3cret"));
         assert_eq!(u.instance_url(&u.instances[0]), "redis://user:s3cret@a:1/");
+        let u = RedlockUrl::parse("redlock://:p%40ss@a:1,b:2,c:3").unwrap();
+        assert_eq!(u.instance_url(&u.instances[1]), "redis://:p%40ss@b:2/");
         match RedlockUrl::parse("redlock://user:s3cret@a:1,b:2") {
             Err(Error::InvalidUrl { url, .. }) => assert!(!url.contains("s3cret"), "{url}"),
             other => panic!("{other:?}"),

@@ -3,6 +3,7 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use locksmith_core::driver::BackendUrl;
 use locksmith_core::{Error, Result};
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::postgres::PgConnectOptions;
@@ -73,8 +74,8 @@ pub(crate) enum Options {
     Sqlite(SqliteConnectOptions),
 }
 
-/// A parsed URL.
-#[derive(Debug, Clone)]
+/// A parsed URL. Its `Debug` prints only [`Config::describe`]: sqlx's options hold the password.
+#[derive(Clone)]
 pub(crate) struct Config {
     pub(crate) options: Options,
     pub(crate) mode: Mode,
@@ -91,7 +92,10 @@ pub(crate) struct Config {
 
 impl Config {
     pub(crate) fn parse(url: &str) -> Result<Self> {
-        let bad = |reason: String| Error::InvalidUrl { url: redact(url), reason };
+        // The shared parser checks the scheme and the address and says what is wrong without
+        // the password; the driver gets the URL as written, minus our own options.
+        let parsed = BackendUrl::parse(url)?;
+        let bad = |reason: String| parsed.invalid(reason);
         let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("expected scheme://…".into()))?;
         let (base, query) = match rest.split_once('?') {
             Some((b, q)) => (b, Some(q)),
@@ -147,8 +151,8 @@ impl Config {
             false => format!("{scheme}://{base}?{}", driver_query.join("&")),
         };
         let describe = match mode {
-            Mode::Lease => redact(&format!("{scheme}://{base}")),
-            other => redact(&format!("{scheme}://{base}?mode={}", other.as_str())),
+            Mode::Lease => parsed.describe(&[]),
+            other => parsed.describe(&[("mode", other.as_str())]),
         };
         let options = match scheme {
             "postgres" | "postgresql" => Options::Postgres(
@@ -185,19 +189,9 @@ impl Config {
     }
 }
 
-/// `scheme://user:secret@host/db` → `scheme://user@host/db`.
-fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let (authority, tail) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    match authority.rsplit_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}@{host}{tail}")
-        }
-        None => url.to_string(),
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config").field("url", &self.describe).field("pool_size", &self.pool_size).finish()
     }
 }
 
@@ -217,13 +211,13 @@ mod tests {
         assert_eq!(c.dialect(), Dialect::Sqlite);
         assert_eq!(c.describe, "sqlite:///tmp/x.db");
         let c = Config::parse("postgres://me:pw@h/db?mode=advisory").unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((c.mode, c.describe.as_str()), (Mode::Advisory, "postgres://me@h/db?mode=advisory"));
+        assert_eq!((c.mode, c.describe.as_str()), (Mode::Advisory, "postgres://me@h:5432/db?mode=advisory"));
         let c = Config::parse("mysql://h/db?mode=get_lock").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.mode, Mode::GetLock);
         let c = Config::parse("mysql://h/db?mode=row_lock&schema=external").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (c.mode, c.schema_external, c.describe.as_str()),
-            (Mode::RowLock, true, "mysql://h/db?mode=row_lock")
+            (Mode::RowLock, true, "mysql://h:3306/db?mode=row_lock")
         );
         let c = Config::parse("postgres://h/db?mode=row_lock").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((c.mode, c.schema_external), (Mode::RowLock, false));
@@ -246,9 +240,21 @@ mod tests {
             "sqlite://:memory:",
             "nothing",
             "mysql://h:notaport/db",
+            "postgres://me:pa/ss@h/db",
         ] {
             assert!(matches!(Config::parse(bad), Err(Error::InvalidUrl { .. })), "{bad}");
         }
+    }
+
+    #[test]
+    fn passwords_never_show_in_errors_or_debug() {
+        for url in ["postgres://me:s3cret@h:x/db", "mysql://me:s3cret@h/db?mode=advisory", "postgres://me:s3/cret@h/db"]
+        {
+            let shown = Config::parse(url).map(|c| format!("{c:?}")).unwrap_or_else(|e| e.to_string());
+            assert!(!shown.contains("s3cret") && !shown.contains("s3/cret"), "{url}: {shown}");
+        }
+        let c = Config::parse("postgres://me:s3cret@h/db").unwrap_or_else(|e| panic!("{e}"));
+        assert!(!format!("{c:?}").contains("s3cret"));
     }
 
     #[test]

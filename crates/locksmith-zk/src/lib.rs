@@ -72,7 +72,7 @@ impl ZkBackend {
     /// path is not a valid ZooKeeper path.
     pub fn from_url(url: &str) -> Result<Self> {
         let parsed = url::parse(url)?;
-        Ok(Self { url: url.to_string(), parsed, status_client: Mutex::new(None) })
+        Ok(Self { url: parsed.describe.clone(), parsed, status_client: Mutex::new(None) })
     }
 
     /// The base path under which lock directories live.

@@ -1,6 +1,7 @@
 //! `zk://host:port[,host:port…][/chroot]` and lock-name ↔ znode-path mapping.
 
-use locksmith_core::{Error, LockName, Result};
+use locksmith_core::driver::BackendUrl;
+use locksmith_core::{LockName, Result};
 
 /// Base path used when the URL names none.
 pub(crate) const DEFAULT_BASE: &str = "/locksmith";
@@ -10,49 +11,33 @@ pub(crate) const DEFAULT_BASE: &str = "/locksmith";
 pub(crate) struct ZkUrl {
     pub(crate) hosts: String,
     pub(crate) base: String,
+    /// The URL for messages and logs (no credentials).
+    pub(crate) describe: String,
 }
 
-fn bad(url: &str, reason: impl Into<String>) -> Error {
-    Error::InvalidUrl { url: url.to_string(), reason: reason.into() }
-}
-
+/// Parses `zk://host[:port][,host[:port]…][/base]` (port 2181 when omitted).
 pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
-    let rest = url.strip_prefix("zk://").ok_or_else(|| bad(url, "expected zk://host:port[,host:port…][/path]"))?;
-    let (hosts, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, ""),
-    };
-    if hosts.is_empty() {
-        return Err(bad(url, "no host"));
+    let u = BackendUrl::parse(url)?;
+    if u.scheme().name != "zk" {
+        return Err(u.invalid("expected zk://host:port[,host:port…][/path]".into()));
     }
-    for h in hosts.split(',') {
-        let (host, port) = h.rsplit_once(':').ok_or_else(|| bad(url, format!("{h:?}: expected host:port")))?;
-        if host.is_empty() || host.contains(['@', '?', '#', ' ']) {
-            return Err(bad(url, format!("{h:?}: bad host")));
-        }
-        match port.parse::<u16>() {
-            Ok(p) if p > 0 => {}
-            _ => return Err(bad(url, format!("{h:?}: bad port"))),
-        }
-    }
-    if path.contains(['?', '#']) {
-        return Err(bad(url, "query strings are not supported"));
-    }
-    let trimmed = path.trim_end_matches('/');
+    u.refuse_extras(false, true, false)?;
+    let hosts: Vec<String> = u.hosts().iter().map(ToString::to_string).collect();
+    let trimmed = u.path().trim_end_matches('/');
     let base = if trimmed.is_empty() {
         DEFAULT_BASE.to_string()
     } else {
         for seg in trimmed[1..].split('/') {
             if seg.is_empty() || seg == "." || seg == ".." || seg.chars().any(forbidden) {
-                return Err(bad(url, format!("bad path segment {seg:?}")));
+                return Err(u.invalid(format!("bad path segment {seg:?}")));
             }
         }
         if trimmed == "/zookeeper" || trimmed.starts_with("/zookeeper/") {
-            return Err(bad(url, "/zookeeper is reserved by ZooKeeper"));
+            return Err(u.invalid("/zookeeper is reserved by ZooKeeper".into()));
         }
         trimmed.to_string()
     };
-    Ok(ZkUrl { hosts: hosts.to_string(), base })
+    Ok(ZkUrl { hosts: hosts.join(","), base, describe: u.describe(&[]) })
 }
 
 /// Characters ZooKeeper refuses in paths (besides `/`), and `%`, our escape character.
@@ -131,9 +116,11 @@ mod tests {
         assert_eq!((u.hosts.as_str(), u.base.as_str()), ("127.0.0.1:2181", "/locksmith"));
         let u = parse("zk://a:1,b:2/app/locks/").unwrap();
         assert_eq!((u.hosts.as_str(), u.base.as_str()), ("a:1,b:2", "/app/locks"));
-        for bad in ["zk://", "zk://host", "zk://h:0", "zk://h:x", "redis://h:1", "zk://h:1/a//b", "zk://h:1/zookeeper"]
+        assert_eq!(parse("zk://host").map(|u| u.hosts).ok().as_deref(), Some("host:2181"));
+        for bad in
+            ["zk://", "zk://h:0", "zk://h:x", "redis://h:1", "zk://h:1/a//b", "zk://h:1/zookeeper", "zk://u:p@h:1"]
         {
-            assert!(matches!(parse(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+            assert!(matches!(parse(bad), Err(locksmith_core::Error::InvalidUrl { .. })), "{bad}");
         }
     }
 

@@ -38,29 +38,29 @@ use std::time::Duration;
 
 pub use locksmith_core::*;
 
-/// Every scheme locksmith knows, built in or not.
-const KNOWN_SCHEMES: &[&str] =
-    &["locksmith", "memory", "redis", "redlock", "etcd", "zk", "postgres", "postgresql", "mysql", "sqlite"];
-
 /// The backend for `url`, without a session yet.
 ///
 /// ```
 /// assert!(locksmith::backend("locksmith://127.0.0.1:7531").is_ok());
 /// assert!(matches!(locksmith::backend("gopher://x"), Err(locksmith::Error::InvalidUrl { .. })));
+/// // Errors never echo a password.
+/// let e = locksmith::backend("gopher://app:s3cret@x").unwrap_err();
+/// assert!(!e.to_string().contains("s3cret"));
 /// ```
 ///
 /// # Errors
 /// [`Error::InvalidUrl`] for an unknown scheme, a scheme whose feature is not built in, or a
 /// malformed address.
 pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
-    let bad = |reason: String| Error::InvalidUrl { url: url.to_string(), reason };
-    let (scheme, rest) =
-        url.split_once("://").ok_or_else(|| bad("expected scheme://…, e.g. locksmith://127.0.0.1:7531".into()))?;
-    match scheme {
+    // One parser decides the scheme (and refuses unknown ones without echoing credentials);
+    // each driver then reads the parts it understands.
+    let parsed = driver::BackendUrl::parse(url)?;
+    let scheme = parsed.scheme();
+    match scheme.name {
         #[cfg(feature = "native")]
-        "locksmith" => Ok(Arc::new(locksmith_native::NativeBackend::new(rest.trim_end_matches('/'))?)),
+        "locksmith" => Ok(Arc::new(locksmith_native::NativeBackend::from_url(url)?)),
         #[cfg(feature = "memory")]
-        "memory" => Ok(Arc::new(locksmith_native::MemoryBackend::named(rest))),
+        "memory" => Ok(Arc::new(locksmith_native::MemoryBackend::named(parsed.path()))),
         #[cfg(feature = "redis")]
         "redis" => Ok(Arc::new(locksmith_redis::RedisBackend::from_url(url)?)),
         #[cfg(feature = "redlock")]
@@ -71,9 +71,9 @@ pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
         "zk" => Ok(Arc::new(locksmith_zk::ZkBackend::from_url(url)?)),
         #[cfg(feature = "sql")]
         "postgres" | "postgresql" | "mysql" | "sqlite" => Ok(Arc::new(locksmith_sql::SqlBackend::from_url(url)?)),
-        s if KNOWN_SCHEMES.contains(&s) => Err(bad(format!("the {scheme}:// backend is not built into this binary"))),
-        other => Err(bad(format!(
-            "unknown scheme {other:?}; known: locksmith, memory, redis, redlock, etcd, zk, postgres, postgresql, mysql, sqlite"
+        name => Err(parsed.invalid(format!(
+            "the {name}:// backend is not built into this binary (cargo feature `{}` of the locksmith crate)",
+            scheme.feature
         ))),
     }
 }

@@ -5,6 +5,8 @@
 //!   leaves no waiter and no hold), and [`spawn_detached`] for every other spawn-on-drop.
 //! - [`holds`]: [`HoldTable`], a session's holds and the lost-holds helper every keep-alive
 //!   ends with.
+//! - [`url`]: [`BackendUrl`] and the scheme table [`SCHEMES`]; [`redact`] for text that may
+//!   hold a password.
 //! - [`timing`]: the waiters' [`Backoff`], the clock-drift margin [`drift`], [`millis`].
 //!
 //! A new driver is its protocol (scripts, queries, node layouts) plus these parts; the engine
@@ -13,7 +15,9 @@
 pub mod cancel;
 pub mod holds;
 pub mod timing;
+pub mod url;
 
 pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
 pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};
+pub use url::{known_schemes, redact, scheme_info, BackendUrl, HostPort, Scheme, SCHEMES};

@@ -2,7 +2,7 @@
 //!
 //! Layout: `<dir>/LOCK` (held with an exclusive file lock while a server runs) and `<dir>/wal`:
 //! a 16-byte magic header, then frames of `len: u32 LE | crc32(payload): u32 LE | payload`,
-//! where payload is a protobuf `WalRecord`, then zeros: the file is preallocated in chunks,
+//! where payload is a protobuf `locksmith.wal.v1.Record` (`proto/wal.proto`), then zeros: the file is preallocated in chunks,
 //! because `fdatasync` after an append that grows the file also writes the inode (measured here:
 //! ~130 µs growing vs ~70 µs inside preallocated space). An all-zero frame header ends the log.
 //! A frame that does not check out is a torn write from a crash only if nothing but zeros
@@ -19,9 +19,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use locksmith_core::Error;
-use locksmith_proto::{
-    wal_record::Body, WalCounter, WalGrant, WalHorizon, WalRecord, WalRelease, WalReserve, WalSession,
-};
+use locksmith_proto::wal::{self, record::Body};
 use prost::Message;
 
 use crate::machine::Record;
@@ -188,7 +186,7 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
             }
             return Err(Error::Corrupt(format!("wal: checksum mismatch at offset {at}")));
         }
-        let msg = WalRecord::decode(&rest[8..8 + len])
+        let msg = wal::Record::decode(&rest[8..8 + len])
             .map_err(|e| Error::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
         let record = from_proto(msg).ok_or_else(|| Error::Corrupt(format!("wal: empty record at offset {at}")))?;
         records.push(record);
@@ -201,11 +199,11 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-fn to_proto(r: &Record) -> WalRecord {
+fn to_proto(r: &Record) -> wal::Record {
     let body = match r {
         Record::Boot { epoch } => Body::BootEpoch(*epoch),
-        Record::Session { id, ttl } => Body::Session(WalSession { id: *id, ttl_ms: ms(*ttl) }),
-        Record::Grant { name, session, owner, token, lock_delay } => Body::Grant(WalGrant {
+        Record::Session { id, ttl } => Body::Session(wal::Session { id: *id, ttl_ms: ms(*ttl) }),
+        Record::Grant { name, session, owner, token, lock_delay } => Body::Grant(wal::Grant {
             name: name.clone(),
             session: *session,
             owner: owner.clone(),
@@ -213,21 +211,21 @@ fn to_proto(r: &Record) -> WalRecord {
             lock_delay_ms: ms(*lock_delay),
         }),
         Record::Release { name, token, delay } => {
-            Body::Release(WalRelease { name: name.clone(), token: *token, delay_ms: ms(*delay) })
+            Body::Release(wal::Release { name: name.clone(), token: *token, delay_ms: ms(*delay) })
         }
         Record::SessionEnd { id } => Body::SessionEnd(*id),
         Record::Counter { name, token, delay } => {
-            Body::Counter(WalCounter { name: name.clone(), token: *token, delay_ms: ms(*delay) })
+            Body::Counter(wal::Counter { name: name.clone(), token: *token, delay_ms: ms(*delay) })
         }
-        Record::Reserve { name, upto } => Body::Reserve(WalReserve { name: name.clone(), upto: *upto }),
+        Record::Reserve { name, upto } => Body::Reserve(wal::Reserve { name: name.clone(), upto: *upto }),
         Record::Horizon { ttl, lock_delay } => {
-            Body::Horizon(WalHorizon { ttl_ms: ms(*ttl), lock_delay_ms: ms(*lock_delay) })
+            Body::Horizon(wal::Horizon { ttl_ms: ms(*ttl), lock_delay_ms: ms(*lock_delay) })
         }
     };
-    WalRecord { body: Some(body) }
+    wal::Record { body: Some(body) }
 }
 
-fn from_proto(r: WalRecord) -> Option<Record> {
+fn from_proto(r: wal::Record) -> Option<Record> {
     let d = Duration::from_millis;
     Some(match r.body? {
         Body::BootEpoch(epoch) => Record::Boot { epoch },

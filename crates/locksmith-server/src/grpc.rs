@@ -48,7 +48,12 @@ impl Locksmith for Grpc {
         if let Some(n) = &name {
             locksmith_core::LockName::new(n.as_str()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         }
-        let views = self.service.status(name).await.map_err(|e| Status::unavailable(e.to_string()))?;
+        // The client's error text, as before there was a server error type.
+        let views = self
+            .service
+            .status(name)
+            .await
+            .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
         let locks = views
             .into_iter()
             .map(|v| {

@@ -26,6 +26,7 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod connection;
+mod error;
 pub mod grpc;
 pub mod machine;
 mod serve;
@@ -34,6 +35,7 @@ mod sink;
 mod wal;
 
 pub use connection::serve_stream;
+pub use error::ServerError;
 pub use machine::Durability;
 pub use serve::{serve, ServeOptions};
 pub use service::{Outbox, Service};

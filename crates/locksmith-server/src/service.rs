@@ -8,12 +8,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use locksmith_core::Error;
 use locksmith_proto::client_message::Body as In;
 use locksmith_proto::server_message::Body as Out;
 use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::error::ServerError;
 use crate::machine::{AcquireOutcome, Durability, Effect, Limits, LockView, Machine, Record, Refusal, SessionId};
 use crate::sink::Sink;
 
@@ -73,7 +73,7 @@ impl Service {
         dir: &Path,
         limits: Limits,
         durability: Durability,
-    ) -> Result<(Self, tokio::task::JoinHandle<Result<(), Error>>), Error> {
+    ) -> Result<(Self, tokio::task::JoinHandle<Result<(), ServerError>>), ServerError> {
         let (data, records) = crate::wal::DataDir::open(dir)?;
         let restored = records.len();
         let mut machine = Machine::restore_with(limits, durability, records, now());
@@ -84,7 +84,7 @@ impl Service {
         Ok(Self::spawn(machine, sink))
     }
 
-    fn spawn(machine: Machine, sink: Sink) -> (Self, tokio::task::JoinHandle<Result<(), Error>>) {
+    fn spawn(machine: Machine, sink: Sink) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = Arc::new(tokio::sync::Notify::new());
         let actor = Actor { machine, sink, conns: HashMap::new(), msgs: Vec::new(), records: Vec::new() };
@@ -116,18 +116,14 @@ impl Service {
     /// Cancel safe: read only.
     ///
     /// # Errors
-    /// The service has stopped.
-    pub async fn status(&self, name: Option<String>) -> Result<Vec<LockView>, Error> {
+    /// [`ServerError::Stopped`]: the service has stopped.
+    pub async fn status(&self, name: Option<String>) -> Result<Vec<LockView>, ServerError> {
         let (reply, rx) = oneshot::channel();
         if !self.send(Command::Status { name, reply }) {
-            return Err(stopped());
+            return Err(ServerError::Stopped);
         }
-        rx.await.map_err(|_| stopped())
+        rx.await.map_err(|_| ServerError::Stopped)
     }
-}
-
-fn stopped() -> Error {
-    Error::Unavailable { backend: "locksmith".into(), message: "lock service stopped".into() }
 }
 
 fn now() -> Instant {
@@ -168,7 +164,7 @@ impl Actor {
         mut self,
         mut rx: mpsc::UnboundedReceiver<Command>,
         stop: Arc<tokio::sync::Notify>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), ServerError> {
         let far = Duration::from_secs(86_400);
         loop {
             let wake = self.machine.next_deadline().unwrap_or_else(|| now() + far);
@@ -202,7 +198,7 @@ impl Actor {
         self.sink.finish()
     }
 
-    fn flush(&mut self) -> Result<(), Error> {
+    fn flush(&mut self) -> Result<(), ServerError> {
         if self.records.is_empty() && self.msgs.is_empty() {
             return Ok(());
         }

@@ -6,7 +6,7 @@
 //! because `fdatasync` after an append that grows the file also writes the inode (measured here:
 //! ~130 µs growing vs ~70 µs inside preallocated space). An all-zero frame header ends the log.
 //! A frame that does not check out is a torn write from a crash only if nothing but zeros
-//! follows it; then it is dropped. Anything else is reported as [`Error::Corrupt`] and the
+//! follows it; then it is dropped. Anything else is reported as [`ServerError::Corrupt`] and the
 //! directory is left exactly as it was.
 //!
 //! redb was measured at ~0.7 ms per durable commit here; a plain write + `fdatasync` lets one
@@ -18,10 +18,10 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use locksmith_core::Error;
 use locksmith_proto::wal::{self, record::Body};
 use prost::Message;
 
+use crate::error::ServerError;
 use crate::machine::Record;
 
 const MAGIC: &[u8; 16] = b"LOCKSMITH-WAL-1\n";
@@ -86,17 +86,12 @@ impl DataDir {
     /// Opens (creating if needed) and locks `path`, and reads every record in its log.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] for a log that does not check out, [`Error::Io`] for I/O failures or
-    /// when another server holds the directory.
-    pub(crate) fn open(path: &Path) -> Result<(Self, Vec<Record>), Error> {
+    /// [`ServerError::Corrupt`] for a log that does not check out, [`ServerError::InUse`] when
+    /// another server holds the directory, [`ServerError::Io`] for I/O failures.
+    pub(crate) fn open(path: &Path) -> Result<(Self, Vec<Record>), ServerError> {
         std::fs::create_dir_all(path)?;
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(path.join("LOCK"))?;
-        lock.try_lock().map_err(|_| {
-            Error::Io(std::io::Error::other(format!(
-                "data directory {} is in use by another locksmith server",
-                path.display()
-            )))
-        })?;
+        lock.try_lock().map_err(|_| ServerError::InUse(path.to_path_buf()))?;
         let records = match File::open(path.join("wal")) {
             Ok(mut f) => {
                 let mut bytes = Vec::new();
@@ -114,7 +109,7 @@ impl DataDir {
     ///
     /// # Errors
     /// I/O failures; the old log is then still in place.
-    pub(crate) fn rewrite(&self, records: &[Record]) -> Result<LogFile, Error> {
+    pub(crate) fn rewrite(&self, records: &[Record]) -> Result<LogFile, ServerError> {
         let tmp = self.path.join("wal.tmp");
         let f = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(&tmp)?;
         let mut buf = MAGIC.to_vec();
@@ -142,16 +137,16 @@ pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
     buf.extend_from_slice(&payload);
 }
 
-fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
+fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, ServerError> {
     if bytes.len() < MAGIC.len() {
         // A crash while the very first header was written leaves a short file.
         if MAGIC.starts_with(bytes) {
             return Ok(Vec::new());
         }
-        return Err(Error::Corrupt("wal: file is too short and has no locksmith header".into()));
+        return Err(ServerError::Corrupt("wal: file is too short and has no locksmith header".into()));
     }
     if &bytes[..MAGIC.len()] != MAGIC {
-        return Err(Error::Corrupt("wal: not a locksmith log (bad header)".into()));
+        return Err(ServerError::Corrupt("wal: not a locksmith log (bad header)".into()));
     }
     let mut records = Vec::new();
     let mut at = MAGIC.len();
@@ -172,10 +167,10 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
             if zeros_from(at) {
                 break;
             }
-            return Err(Error::Corrupt(format!("wal: data after an empty frame at offset {at}")));
+            return Err(ServerError::Corrupt(format!("wal: data after an empty frame at offset {at}")));
         }
         if len > MAX_FRAME {
-            return Err(Error::Corrupt(format!("wal: frame at offset {at} claims {len} bytes")));
+            return Err(ServerError::Corrupt(format!("wal: frame at offset {at} claims {len} bytes")));
         }
         let end = at + 8 + len;
         let intact = rest.len() >= 8 + len && crc32fast::hash(&rest[8..8 + len]) == crc;
@@ -184,11 +179,12 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
                 tracing::warn!(offset = at, "wal: dropping a torn last frame");
                 break;
             }
-            return Err(Error::Corrupt(format!("wal: checksum mismatch at offset {at}")));
+            return Err(ServerError::Corrupt(format!("wal: checksum mismatch at offset {at}")));
         }
         let msg = wal::Record::decode(&rest[8..8 + len])
-            .map_err(|e| Error::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
-        let record = from_proto(msg).ok_or_else(|| Error::Corrupt(format!("wal: empty record at offset {at}")))?;
+            .map_err(|e| ServerError::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
+        let record =
+            from_proto(msg).ok_or_else(|| ServerError::Corrupt(format!("wal: empty record at offset {at}")))?;
         records.push(record);
         at = end;
     }
@@ -305,7 +301,7 @@ mod tests {
         let mid = MAGIC.len();
         let first = log(&sample()[..1]).len() - MAGIC.len();
         bytes[mid..mid + first].fill(0);
-        assert!(matches!(decode_log(&bytes), Err(Error::Corrupt(_))));
+        assert!(matches!(decode_log(&bytes), Err(ServerError::Corrupt(_))));
     }
 
     #[test]
@@ -313,7 +309,7 @@ mod tests {
         let mut bytes = log(&sample());
         let mid = MAGIC.len() + 12;
         bytes[mid] ^= 0xff;
-        assert!(matches!(decode_log(&bytes), Err(Error::Corrupt(_))));
+        assert!(matches!(decode_log(&bytes), Err(ServerError::Corrupt(_))));
     }
 
     /// What `tests/fixtures/wal-locksmith-v1.log` holds: every record kind with every field
@@ -358,7 +354,7 @@ mod tests {
 
     #[test]
     fn a_foreign_file_is_reported_as_corrupt() {
-        assert!(matches!(decode_log(b"hello, this is not a log at all"), Err(Error::Corrupt(_))));
-        assert!(matches!(decode_log(b"\xff\xfe"), Err(Error::Corrupt(_))));
+        assert!(matches!(decode_log(b"hello, this is not a log at all"), Err(ServerError::Corrupt(_))));
+        assert!(matches!(decode_log(b"\xff\xfe"), Err(ServerError::Corrupt(_))));
     }
 }

@@ -1,11 +1,14 @@
 //! The native locksmith lock server.
 //!
 //! - [`machine`]: the pure lock state machine (sessions, holders, FIFO waiters, fencing
-//!   counters, lock-delay, expiry; time passed in);
+//!   counters, lock-delay, expiry; time passed in), driven by typed commands;
+//! - [`pb_impl`]: the protobuf boundary: client messages decoded and validated into requests,
+//!   answers into messages, records to and from the log's messages;
 //! - `wal` and `sink`: the data directory and group-committed durability;
 //! - [`Service`]: the task that drives the machine;
 //! - `connection` and [`grpc`]: transports that forward session streams to it;
-//! - [`serve`]: the server main loop, `run(listener, data_dir, shutdown)` style.
+//! - [`serve`]: the server main loop, `run(listener, data_dir, shutdown)` style, failing with
+//!   a [`ServerError`].
 //!
 //! Durability and restarts come in two modes ([`Durability`], `locksmith serve --durability`).
 //!
@@ -29,6 +32,7 @@ mod connection;
 mod error;
 pub mod grpc;
 pub mod machine;
+pub mod pb_impl;
 mod serve;
 mod service;
 mod sink;

@@ -16,13 +16,13 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use locksmith_proto::wal::{self, record::Body};
+use locksmith_proto::wal;
 use prost::Message;
 
 use crate::error::ServerError;
 use crate::machine::Record;
+use crate::pb_impl;
 
 const MAGIC: &[u8; 16] = b"LOCKSMITH-WAL-1\n";
 /// Largest frame accepted: a record holds at most a name, an owner and a few numbers.
@@ -131,7 +131,7 @@ impl DataDir {
 
 /// Appends one framed record to `buf`.
 pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
-    let payload = to_proto(record).encode_to_vec();
+    let payload = pb_impl::to_wal(record).encode_to_vec();
     buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     buf.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
     buf.extend_from_slice(&payload);
@@ -184,65 +184,17 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, ServerError> {
         let msg = wal::Record::decode(&rest[8..8 + len])
             .map_err(|e| ServerError::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
         let record =
-            from_proto(msg).ok_or_else(|| ServerError::Corrupt(format!("wal: empty record at offset {at}")))?;
+            pb_impl::from_wal(msg).ok_or_else(|| ServerError::Corrupt(format!("wal: empty record at offset {at}")))?;
         records.push(record);
         at = end;
     }
     Ok(records)
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn to_proto(r: &Record) -> wal::Record {
-    let body = match r {
-        Record::Boot { epoch } => Body::BootEpoch(*epoch),
-        Record::Session { id, ttl } => Body::Session(wal::Session { id: *id, ttl_ms: ms(*ttl) }),
-        Record::Grant { name, session, owner, token, lock_delay } => Body::Grant(wal::Grant {
-            name: name.clone(),
-            session: *session,
-            owner: owner.clone(),
-            token: *token,
-            lock_delay_ms: ms(*lock_delay),
-        }),
-        Record::Release { name, token, delay } => {
-            Body::Release(wal::Release { name: name.clone(), token: *token, delay_ms: ms(*delay) })
-        }
-        Record::SessionEnd { id } => Body::SessionEnd(*id),
-        Record::Counter { name, token, delay } => {
-            Body::Counter(wal::Counter { name: name.clone(), token: *token, delay_ms: ms(*delay) })
-        }
-        Record::Reserve { name, upto } => Body::Reserve(wal::Reserve { name: name.clone(), upto: *upto }),
-        Record::Horizon { ttl, lock_delay } => {
-            Body::Horizon(wal::Horizon { ttl_ms: ms(*ttl), lock_delay_ms: ms(*lock_delay) })
-        }
-    };
-    wal::Record { body: Some(body) }
-}
-
-fn from_proto(r: wal::Record) -> Option<Record> {
-    let d = Duration::from_millis;
-    Some(match r.body? {
-        Body::BootEpoch(epoch) => Record::Boot { epoch },
-        Body::Session(s) => Record::Session { id: s.id, ttl: d(s.ttl_ms) },
-        Body::Grant(g) => Record::Grant {
-            name: g.name,
-            session: g.session,
-            owner: g.owner,
-            token: g.token,
-            lock_delay: d(g.lock_delay_ms),
-        },
-        Body::Release(x) => Record::Release { name: x.name, token: x.token, delay: d(x.delay_ms) },
-        Body::SessionEnd(id) => Record::SessionEnd { id },
-        Body::Counter(c) => Record::Counter { name: c.name, token: c.token, delay: d(c.delay_ms) },
-        Body::Reserve(r) => Record::Reserve { name: r.name, upto: r.upto },
-        Body::Horizon(h) => Record::Horizon { ttl: d(h.ttl_ms), lock_delay: d(h.lock_delay_ms) },
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn sample() -> Vec<Record> {

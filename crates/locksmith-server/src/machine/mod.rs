@@ -18,10 +18,16 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+mod command;
+
+pub use command::{Acquire, InvalidOwner, Owner, Release};
+/// Lock names, validated by `locksmith-core` (the same rules on every backend).
+pub use locksmith_core::LockName;
+
 /// Session id: `epoch << 32 | n`, unique across restarts (see [`Record::Boot`]).
 pub type SessionId = u64;
 
-/// Server limits, validated on every request.
+/// Server limits, checked by the machine on every request.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Smallest session TTL.
@@ -30,6 +36,8 @@ pub struct Limits {
     pub max_ttl: Duration,
     /// Largest lock-delay.
     pub max_lock_delay: Duration,
+    /// Longest owner id, in bytes.
+    pub max_owner_len: usize,
     /// Waiters queued on one lock.
     pub max_waiters_per_lock: usize,
     /// Live sessions on the server.
@@ -37,11 +45,14 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// The limits every locksmith client checks too (`locksmith_core`'s TTL range, lock-delay
+    /// and owner maximums), so a request a client accepted is never refused here for its size.
     fn default() -> Self {
         Self {
             min_ttl: locksmith_core::MIN_TTL,
             max_ttl: locksmith_core::MAX_TTL,
             max_lock_delay: locksmith_core::MAX_LOCK_DELAY,
+            max_owner_len: locksmith_core::MAX_OWNER_LEN,
             max_waiters_per_lock: 100_000,
             max_sessions: 100_000,
         }
@@ -54,6 +65,7 @@ pub const RESERVE_BLOCK: u64 = 1024;
 
 /// What must be durable before a client hears of a grant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Durability {
     /// Every grant: each hand-off waits for a log sync (shared by concurrent grants); after a
     /// restart, sessions and their holds are restored and get one TTL to reconnect.
@@ -69,6 +81,7 @@ pub enum Durability {
 /// hears of it; the rest may be written lazily (losing them on a crash only delays a release
 /// until the restored session expires, it never creates a second holder).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Record {
     /// A new boot; session ids carry this epoch.
     Boot {
@@ -146,6 +159,7 @@ impl Record {
 
 /// Something the service must deliver to a session (after the records before it are durable).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Effect {
     /// A queued acquire (message id `request`) was granted.
     Granted {
@@ -165,6 +179,7 @@ pub enum Effect {
 
 /// Answer to an acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AcquireOutcome {
     /// Granted now.
     Granted(u64),
@@ -176,6 +191,7 @@ pub enum AcquireOutcome {
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Refusal {
     /// Unknown or expired session.
     #[error("session expired")]
@@ -226,6 +242,7 @@ struct Lock {
 
 /// A lock's state for introspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockView {
     /// Lock name.
     pub name: String,
@@ -522,27 +539,27 @@ impl Machine {
         Ok(())
     }
 
-    /// Acquires `name` for `(session, owner)`, queueing request `request` if `wait`.
+    /// Acquires `cmd.name` for `(cmd.session, cmd.owner)`: granted at once when the lock is
+    /// free (or already ours), otherwise busy, or queued as `cmd.request` if `cmd.wait`.
     ///
     /// # Errors
-    /// Expired session, bad lock-delay, or a full queue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn acquire(
-        &mut self,
-        now: Instant,
-        session: SessionId,
-        request: u64,
-        name: &str,
-        owner: &str,
-        wait: bool,
-        lock_delay: Duration,
-    ) -> Result<AcquireOutcome, Refusal> {
+    /// Expired session, a lock-delay or owner id above the limits, or a full queue.
+    pub fn acquire(&mut self, now: Instant, cmd: Acquire) -> Result<AcquireOutcome, Refusal> {
         self.expire_due(now);
+        let Acquire { session, request, name, owner, wait, lock_delay } = cmd;
+        let (name, owner) = (name.as_str(), owner.as_str());
         if !self.sessions.contains_key(&session) {
             return Err(Refusal::SessionExpired);
         }
         if lock_delay > self.limits.max_lock_delay {
             return Err(Refusal::Invalid(format!("lock delay {lock_delay:?} above {:?}", self.limits.max_lock_delay)));
+        }
+        if owner.len() > self.limits.max_owner_len {
+            return Err(Refusal::Invalid(format!(
+                "owner id is {} bytes, the maximum is {}",
+                owner.len(),
+                self.limits.max_owner_len
+            )));
         }
         if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
             self.horizon.1 = lock_delay;
@@ -580,10 +597,11 @@ impl Machine {
         Ok(AcquireOutcome::Queued)
     }
 
-    /// Releases `(session, owner, token)` on `name`; hands the lock to the next waiter.
-    /// Returns whether that hold existed. Never touches anyone else's hold.
-    pub fn release(&mut self, now: Instant, session: SessionId, name: &str, owner: &str, token: u64) -> bool {
+    /// Releases the hold `(cmd.session, cmd.owner, cmd.token)` on `cmd.name` and hands the lock
+    /// to the next waiter. Returns whether that hold existed. Never touches anyone else's hold.
+    pub fn release(&mut self, now: Instant, cmd: Release) -> bool {
         self.expire_due(now);
+        let (session, name, owner, token) = (cmd.session, cmd.name.as_str(), cmd.owner.as_str(), cmd.token);
         let Some(lock) = self.locks.get_mut(name) else { return false };
         let ours = lock.holder.as_ref().is_some_and(|h| h.session == session && h.owner == owner && h.token == token);
         if !ours {

@@ -1,7 +1,8 @@
 //! The native locksmith lock server.
 //!
 //! - [`machine`]: the pure lock state machine (sessions, holders, FIFO waiters, fencing
-//!   counters, lock-delay, expiry; time passed in), driven by typed commands;
+//!   counters, lock-delay, expiry; time passed in), driven by typed commands; every change it
+//!   makes is a [`Record`](machine::Record) applied through one `apply`, live and on replay;
 //! - [`pb_impl`]: the protobuf boundary: client messages decoded and validated into requests,
 //!   answers into messages, records to and from the log's messages;
 //! - `wal` and `sink`: the data directory and group-committed durability;

@@ -31,6 +31,10 @@ type Outbound = Pin<Box<dyn Stream<Item = Result<ServerMessage, Status>> + Send>
 impl Locksmith for Grpc {
     type SessionStream = Outbound;
 
+    /// Serves one session stream on its own task.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it awaits nothing; the stream is served by a spawned task until it ends.
     async fn session(&self, request: Request<Streaming<ClientMessage>>) -> Result<Response<Outbound>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -39,6 +43,10 @@ impl Locksmith for Grpc {
         Ok(Response::new(Box::pin(out)))
     }
 
+    /// One lock's state, or every lock's.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let name = pb_impl::status_name(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         // The client's error text, as before there was a server error type.

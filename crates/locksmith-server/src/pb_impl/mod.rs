@@ -32,6 +32,7 @@ pub(crate) use impl_wal_record::{from_wal, to_wal};
 
 /// The first message of a session stream: open a session, or resume one.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Open {
     /// The session's TTL (ignored on resume: a session keeps its TTL).
     pub ttl: Duration,

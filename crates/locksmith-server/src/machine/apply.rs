@@ -43,19 +43,16 @@ impl Machine {
                 lock.counter = lock.counter.max(*token);
                 // A lock is granted only once its lock-delay is over.
                 set_delay(&mut self.delays, lock, name, None);
-                if !self.sessions.contains_key(session) {
-                    return;
-                }
-                if let Some(old) = lock.holder.take() {
+                let Some(s) = self.sessions.get_mut(session) else { return };
+                s.holds.insert(name.clone());
+                let holder = Holder { session: *session, owner: owner.clone(), token: *token, lock_delay: *lock_delay };
+                if let Some(old) = lock.holder.replace(holder) {
                     // Not on the live path (a hold is released before it is granted again).
-                    if let Some(s) = self.sessions.get_mut(&old.session) {
-                        s.holds.remove(name);
+                    if old.session != *session {
+                        if let Some(s) = self.sessions.get_mut(&old.session) {
+                            s.holds.remove(name);
+                        }
                     }
-                }
-                lock.holder =
-                    Some(Holder { session: *session, owner: owner.clone(), token: *token, lock_delay: *lock_delay });
-                if let Some(s) = self.sessions.get_mut(session) {
-                    s.holds.insert(name.clone());
                 }
             }
             Record::Release { name, token, delay } => {

@@ -336,7 +336,7 @@ impl Machine {
         let max_waiters = self.limits.max_waiters_per_lock;
         let Some(lock) = self.locks.get_mut(name) else {
             // Never granted (or forgotten while idle): free.
-            let token = self.grant(now, name, session, owner.into_string(), lock_delay);
+            let token = self.grant(now, name, (0, 0), session, owner.into_string(), lock_delay);
             return Ok(AcquireOutcome::Granted(token));
         };
         if let Some(h) = &lock.holder {
@@ -346,7 +346,8 @@ impl Machine {
             }
         }
         if lock.holder.is_none() && lock.waiters.is_empty() && lock.delay_until.is_none() {
-            let token = self.grant(now, name, session, owner.into_string(), lock_delay);
+            let last = (lock.counter, lock.reserved);
+            let token = self.grant(now, name, last, session, owner.into_string(), lock_delay);
             return Ok(AcquireOutcome::Granted(token));
         }
         if !wait {
@@ -451,8 +452,18 @@ impl Machine {
     }
 
     /// Grants a free `name` to `(session, owner)` with the next token; returns the token.
-    fn grant(&mut self, now: Instant, name: &str, session: SessionId, owner: String, lock_delay: Duration) -> u64 {
-        let (counter, reserved) = self.locks.get(name).map_or((0, 0), |l| (l.counter, l.reserved));
+    /// `last` is the lock's `(counter, reserved)` (zeros for a lock never granted), passed by
+    /// the caller that has just looked the lock up.
+    fn grant(
+        &mut self,
+        now: Instant,
+        name: &str,
+        last: (u64, u64),
+        session: SessionId,
+        owner: String,
+        lock_delay: Duration,
+    ) -> u64 {
+        let (counter, reserved) = last;
         let token = counter + 1;
         if self.durability == Durability::Leases && token > reserved {
             // Synced before the grant is answered: a restart continues above the block.
@@ -472,10 +483,11 @@ impl Machine {
             self.forget_if_idle(name);
             return;
         };
+        let last = (lock.counter, lock.reserved);
         if let Some(s) = self.sessions.get_mut(&w.session) {
             s.waits.remove(&w.request);
         }
-        let token = self.grant(now, name, w.session, w.owner, w.lock_delay);
+        let token = self.grant(now, name, last, w.session, w.owner, w.lock_delay);
         self.effects.push(Effect::Granted { session: w.session, request: w.request, token });
     }
 

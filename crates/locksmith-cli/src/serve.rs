@@ -78,7 +78,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
     match locksmith_server::serve(listener, opts, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => exit::report("serve", &e),
+        Err(e) => exit::report_server("serve", &e),
     }
 }
 

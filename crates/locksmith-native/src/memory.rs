@@ -101,7 +101,7 @@ impl Backend for MemoryBackend {
     }
 
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
-        let views = self.inner.service().status(name.map(|n| n.as_str().to_string())).await?;
+        let views = self.inner.service().status(name.cloned()).await?;
         Ok(views.into_iter().map(crate::convert::from_view).collect())
     }
 }

@@ -2,14 +2,12 @@
 //! opens or resumes a session, the rest are forwarded in order. Closing the stream does not end
 //! the session; its lease does (or an explicit `Close`).
 
-use std::time::Duration;
-
 use futures_util::{Stream, StreamExt};
-use locksmith_proto::client_message::Body as In;
-use locksmith_proto::{error::Code, ClientMessage};
+use locksmith_proto::ClientMessage;
 use tokio::sync::oneshot;
 
-use crate::service::{error_msg, Command, Outbox, Service};
+use crate::pb_impl::{self, Reply};
+use crate::service::{Command, Outbox, Service};
 
 /// Serves one session stream until it ends.
 ///
@@ -23,21 +21,28 @@ where
 {
     let conn = service.new_conn_id();
     let Some(Ok(first)) = inbound.next().await else { return };
-    let Some(In::Open(open)) = first.body else {
-        let _ = out.send(error_msg(first.id, Code::InvalidArgument, "the first message must be open"));
-        return;
+    let (id, open) = pb_impl::decode_open(first);
+    let open = match open {
+        Ok(open) => open,
+        Err(e) => {
+            if let Some(m) = Reply::Invalid(e).into_message(id) {
+                let _ = out.send(m);
+            }
+            return;
+        }
     };
     let (reply, opened) = oneshot::channel();
-    let resume = (open.resume_session != 0).then_some(open.resume_session);
-    let ttl = Duration::from_millis(open.ttl_ms);
-    if !service.send(Command::Open { conn, request: first.id, ttl, resume, out, reply }) {
+    if !service.send(Command::Open { conn, id, open, out, reply }) {
         return;
     }
     let Ok(Some(session)) = opened.await else { return };
     while let Some(next) = inbound.next().await {
         match next {
             Ok(msg) => {
-                if !service.send(Command::Request { session, conn, msg }) {
+                // Decoded and validated here, on this stream's task: the service task gets
+                // typed requests and spends its time on the lock logic.
+                let (id, request) = pb_impl::decode_request(msg);
+                if !service.send(Command::Request { session, conn, id, request }) {
                     return;
                 }
             }

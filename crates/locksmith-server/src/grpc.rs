@@ -4,11 +4,12 @@ use std::pin::Pin;
 
 use futures_util::{Stream, StreamExt};
 use locksmith_proto::locksmith_server::{Locksmith, LocksmithServer};
-use locksmith_proto::{ClientMessage, LockInfo, ServerMessage, StatusRequest, StatusResponse};
+use locksmith_proto::{ClientMessage, ServerMessage, StatusRequest, StatusResponse};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::connection::serve_stream;
+use crate::pb_impl;
 use crate::service::Service;
 
 /// The tonic service.
@@ -26,14 +27,14 @@ impl Grpc {
 
 type Outbound = Pin<Box<dyn Stream<Item = Result<ServerMessage, Status>> + Send>>;
 
-fn ms(d: std::time::Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
 #[tonic::async_trait]
 impl Locksmith for Grpc {
     type SessionStream = Outbound;
 
+    /// Serves one session stream on its own task.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it awaits nothing; the stream is served by a spawned task until it ends.
     async fn session(&self, request: Request<Streaming<ClientMessage>>) -> Result<Response<Outbound>, Status> {
         let inbound = request.into_inner();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
@@ -42,33 +43,19 @@ impl Locksmith for Grpc {
         Ok(Response::new(Box::pin(out)))
     }
 
+    /// One lock's state, or every lock's.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
-        let name = request.into_inner().name;
-        let name = if name.is_empty() { None } else { Some(name) };
-        if let Some(n) = &name {
-            locksmith_core::LockName::new(n.as_str()).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        }
-        let views = self.service.status(name).await.map_err(|e| Status::unavailable(e.to_string()))?;
-        let locks = views
-            .into_iter()
-            .map(|v| {
-                let (held, holder_session, holder_owner, token, ttl_left_ms) = match v.holder {
-                    Some((s, o, t, left)) => (true, s, o, t, ms(left)),
-                    None => (false, 0, String::new(), 0, 0),
-                };
-                LockInfo {
-                    name: v.name,
-                    held,
-                    holder_session,
-                    holder_owner,
-                    token,
-                    ttl_left_ms,
-                    waiters: v.waiters,
-                    last_token: v.last_token,
-                    lock_delay_left_ms: v.delay_left.map(ms).unwrap_or(0),
-                }
-            })
-            .collect();
+        let name = pb_impl::status_name(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        // The client's error text, as before there was a server error type.
+        let views = self
+            .service
+            .status(name)
+            .await
+            .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
+        let locks = views.into_iter().map(Into::into).collect();
         Ok(Response::new(StatusResponse { locks }))
     }
 }

@@ -1,11 +1,15 @@
 //! The native locksmith lock server.
 //!
 //! - [`machine`]: the pure lock state machine (sessions, holders, FIFO waiters, fencing
-//!   counters, lock-delay, expiry; time passed in);
+//!   counters, lock-delay, expiry; time passed in), driven by typed commands; every change it
+//!   makes is a [`Record`](machine::Record) applied through one `apply`, live and on replay;
+//! - [`pb_impl`]: the protobuf boundary: client messages decoded and validated into requests,
+//!   answers into messages, records to and from the log's messages;
 //! - `wal` and `sink`: the data directory and group-committed durability;
 //! - [`Service`]: the task that drives the machine;
 //! - `connection` and [`grpc`]: transports that forward session streams to it;
-//! - [`serve`]: the server main loop, `run(listener, data_dir, shutdown)` style.
+//! - [`serve`]: the server main loop, `run(listener, data_dir, shutdown)` style, failing with
+//!   a [`ServerError`].
 //!
 //! Durability and restarts come in two modes ([`Durability`], `locksmith serve --durability`).
 //!
@@ -26,14 +30,17 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod connection;
+mod error;
 pub mod grpc;
 pub mod machine;
+pub mod pb_impl;
 mod serve;
 mod service;
 mod sink;
 mod wal;
 
 pub use connection::serve_stream;
+pub use error::ServerError;
 pub use machine::Durability;
 pub use serve::{serve, ServeOptions};
 pub use service::{Outbox, Service};

@@ -4,9 +4,9 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use locksmith_core::Error;
 use tokio::net::TcpListener;
 
+use crate::error::ServerError;
 use crate::grpc::Grpc;
 use crate::machine::{Durability, Limits};
 use crate::service::Service;
@@ -59,7 +59,7 @@ pub async fn serve(
     listener: TcpListener,
     opts: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
-) -> Result<(), Error> {
+) -> Result<(), ServerError> {
     let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), "locksmith server listening");
@@ -81,8 +81,8 @@ pub async fn serve(
         });
     tokio::pin!(router);
     let served = tokio::select! {
-        r = &mut router => r.map_err(|e| Error::Io(std::io::Error::other(e))),
-        r = &mut task => return task_result(r).and(Err(Error::Io(std::io::Error::other("lock service stopped unexpectedly")))),
+        r = &mut router => r.map_err(ServerError::from),
+        r = &mut task => return task_result(r).and(Err(ServerError::Failed("lock service stopped unexpectedly".into()))),
         _ = shutdown => {
             tracing::info!("stopping");
             let _ = stop_tx.send(());
@@ -93,14 +93,14 @@ pub async fn serve(
     service.shutdown();
     let finished = tokio::time::timeout(Duration::from_secs(10), task)
         .await
-        .map_err(|_| Error::Io(std::io::Error::other("lock service did not stop in 10 s")))?;
+        .map_err(|_| ServerError::Failed("lock service did not stop in 10 s".into()))?;
     task_result(finished)?;
     served
 }
 
-fn task_result(r: Result<Result<(), Error>, tokio::task::JoinError>) -> Result<(), Error> {
+fn task_result(r: Result<Result<(), ServerError>, tokio::task::JoinError>) -> Result<(), ServerError> {
     match r {
         Ok(r) => r,
-        Err(e) => Err(Error::Io(std::io::Error::other(format!("lock service task failed: {e}")))),
+        Err(e) => Err(ServerError::Failed(format!("lock service task failed: {e}"))),
     }
 }

@@ -1,6 +1,8 @@
 //! The lock service: one task owns the [`Machine`], feeds it requests in arrival order with the
 //! current time, and hands what it emits to a [`Sink`] that makes records durable before the
-//! messages that depend on them go out. Transports (gRPC, in-process) only forward messages.
+//! messages that depend on them go out. Transports (gRPC, in-process) forward what their
+//! connection tasks decoded (`pb_impl`); the task completes each request with its session and
+//! message id into a machine command, and turns the answer back into a message.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -8,13 +10,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use locksmith_core::Error;
-use locksmith_proto::client_message::Body as In;
-use locksmith_proto::server_message::Body as Out;
-use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
+use locksmith_proto::ServerMessage;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::machine::{AcquireOutcome, Durability, Effect, Limits, LockView, Machine, Record, Refusal, SessionId};
+use crate::error::ServerError;
+use crate::machine::{Acquire, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId};
+use crate::pb_impl::{self, Invalid, Open, Reply, Request};
 use crate::sink::Sink;
 
 /// Where a session's outgoing messages go (its stream).
@@ -25,23 +26,24 @@ pub type Outbox = mpsc::UnboundedSender<ServerMessage>;
 pub(crate) enum Command {
     Open {
         conn: u64,
-        request: u64,
-        ttl: Duration,
-        resume: Option<SessionId>,
+        /// The message id of the `open`.
+        id: u64,
+        open: Open,
         out: Outbox,
         reply: oneshot::Sender<Option<SessionId>>,
     },
     Request {
         session: SessionId,
         conn: u64,
-        msg: ClientMessage,
+        id: u64,
+        request: Result<Request, Invalid>,
     },
     Detach {
         session: SessionId,
         conn: u64,
     },
     Status {
-        name: Option<String>,
+        name: Option<LockName>,
         reply: oneshot::Sender<Vec<LockView>>,
     },
 }
@@ -73,7 +75,7 @@ impl Service {
         dir: &Path,
         limits: Limits,
         durability: Durability,
-    ) -> Result<(Self, tokio::task::JoinHandle<Result<(), Error>>), Error> {
+    ) -> Result<(Self, tokio::task::JoinHandle<Result<(), ServerError>>), ServerError> {
         let (data, records) = crate::wal::DataDir::open(dir)?;
         let restored = records.len();
         let mut machine = Machine::restore_with(limits, durability, records, now());
@@ -84,7 +86,7 @@ impl Service {
         Ok(Self::spawn(machine, sink))
     }
 
-    fn spawn(machine: Machine, sink: Sink) -> (Self, tokio::task::JoinHandle<Result<(), Error>>) {
+    fn spawn(machine: Machine, sink: Sink) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = Arc::new(tokio::sync::Notify::new());
         let actor = Actor { machine, sink, conns: HashMap::new(), msgs: Vec::new(), records: Vec::new() };
@@ -116,39 +118,18 @@ impl Service {
     /// Cancel safe: read only.
     ///
     /// # Errors
-    /// The service has stopped.
-    pub async fn status(&self, name: Option<String>) -> Result<Vec<LockView>, Error> {
+    /// [`ServerError::Stopped`]: the service has stopped.
+    pub async fn status(&self, name: Option<LockName>) -> Result<Vec<LockView>, ServerError> {
         let (reply, rx) = oneshot::channel();
         if !self.send(Command::Status { name, reply }) {
-            return Err(stopped());
+            return Err(ServerError::Stopped);
         }
-        rx.await.map_err(|_| stopped())
+        rx.await.map_err(|_| ServerError::Stopped)
     }
-}
-
-fn stopped() -> Error {
-    Error::Unavailable { backend: "locksmith".into(), message: "lock service stopped".into() }
 }
 
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
-}
-
-pub(crate) fn msg(id: u64, body: Out) -> ServerMessage {
-    ServerMessage { id, body: Some(body) }
-}
-
-pub(crate) fn error_msg(id: u64, code: Code, message: impl Into<String>) -> ServerMessage {
-    msg(id, Out::Error(locksmith_proto::Error { code: code as i32, message: message.into() }))
-}
-
-fn refusal_msg(id: u64, r: &Refusal) -> ServerMessage {
-    let code = match r {
-        Refusal::SessionExpired => Code::SessionExpired,
-        Refusal::Invalid(_) => Code::InvalidArgument,
-        Refusal::Limit(_) => Code::LimitExceeded,
-    };
-    error_msg(id, code, r.to_string())
 }
 
 /// Most commands handled before one flush to the sink; bounds the latency of the first.
@@ -168,7 +149,7 @@ impl Actor {
         mut self,
         mut rx: mpsc::UnboundedReceiver<Command>,
         stop: Arc<tokio::sync::Notify>,
-    ) -> Result<(), Error> {
+    ) -> Result<(), ServerError> {
         let far = Duration::from_secs(86_400);
         loop {
             let wake = self.machine.next_deadline().unwrap_or_else(|| now() + far);
@@ -202,7 +183,7 @@ impl Actor {
         self.sink.finish()
     }
 
-    fn flush(&mut self) -> Result<(), Error> {
+    fn flush(&mut self) -> Result<(), ServerError> {
         if self.records.is_empty() && self.msgs.is_empty() {
             return Ok(());
         }
@@ -219,15 +200,11 @@ impl Actor {
     fn collect(&mut self) {
         self.records.extend(self.machine.take_records());
         for e in self.machine.take_effects() {
-            match e {
-                Effect::Granted { session, request, token } => {
-                    self.send(session, msg(request, Out::Granted(locksmith_proto::Granted { token, queued: true })));
-                }
-                Effect::Expired { session } => {
-                    self.send(session, error_msg(0, Code::SessionExpired, "session expired"));
-                    // Dropping the outbox ends the stream once the batch is delivered.
-                    self.conns.remove(&session);
-                }
+            let (session, m) = pb_impl::effect_message(&e);
+            self.send(session, m);
+            if let Effect::Expired { session } = e {
+                // Dropping the outbox ends the stream once the batch is delivered.
+                self.conns.remove(&session);
             }
         }
     }
@@ -235,18 +212,22 @@ impl Actor {
     fn handle(&mut self, cmd: Command) {
         let t = now();
         match cmd {
-            Command::Open { conn, request, ttl, resume, out, reply } => match self.machine.open(t, ttl, resume) {
+            Command::Open { conn, id, open, out, reply } => match self.machine.open(t, open.ttl, open.resume) {
                 Ok((session, ttl)) => {
                     // A resumed session's new stream replaces the old one.
                     self.conns.insert(session, (conn, out));
-                    let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
                     self.collect();
-                    self.send(session, msg(request, Out::Opened(locksmith_proto::Opened { session, ttl_ms })));
+                    let opened = Reply::Opened { session, ttl };
+                    if let Some(m) = opened.into_message(id) {
+                        self.send(session, m);
+                    }
                     let _ = reply.send(Some(session));
                 }
                 Err(r) => {
                     self.collect();
-                    self.msgs.push((out, refusal_msg(request, &r)));
+                    if let Some(m) = Reply::Refused(r).into_message(id) {
+                        self.msgs.push((out, m));
+                    }
                     let _ = reply.send(None);
                 }
             },
@@ -258,63 +239,50 @@ impl Actor {
             Command::Status { name, reply } => {
                 self.machine.tick(t);
                 self.collect();
-                let _ = reply.send(self.machine.status(t, name.as_deref()));
+                let _ = reply.send(self.machine.status(t, name.as_ref().map(LockName::as_str)));
             }
-            Command::Request { session, conn, msg: m } => {
+            Command::Request { session, conn, id, request } => {
                 if self.conns.get(&session).is_none_or(|(c, _)| *c != conn) {
                     // A superseded stream: its session now talks through a newer one.
                     return;
                 }
-                self.request(t, session, m);
+                self.request(t, session, id, request);
             }
         }
     }
 
-    fn request(&mut self, t: Instant, session: SessionId, m: ClientMessage) {
-        let id = m.id;
-        let reply = match m.body {
-            Some(In::KeepAlive(_)) => match self.machine.keep_alive(t, session) {
-                Ok(()) => Some(msg(id, Out::KeepAlive(locksmith_proto::KeepAliveAck {}))),
-                Err(r) => Some(refusal_msg(id, &r)),
+    /// Runs one decoded request of `session` (message `id`) and queues its answer.
+    fn request(&mut self, t: Instant, session: SessionId, id: u64, request: Result<Request, Invalid>) {
+        let reply = match request {
+            Err(e) => Reply::Invalid(e),
+            Ok(Request::KeepAlive) => match self.machine.keep_alive(t, session) {
+                Ok(()) => Reply::KeepAlive,
+                Err(r) => Reply::Refused(r),
             },
-            Some(In::Acquire(a)) => {
-                let delay = Duration::from_millis(a.lock_delay_ms);
-                match locksmith_core::LockName::new(a.name.as_str()) {
-                    Err(e) => Some(error_msg(id, Code::InvalidArgument, e.to_string())),
-                    Ok(_) if a.owner.is_empty() || a.owner.len() > 256 => {
-                        Some(error_msg(id, Code::InvalidArgument, "owner must be 1..=256 bytes"))
-                    }
-                    Ok(_) => match self.machine.acquire(t, session, id, &a.name, &a.owner, a.wait, delay) {
-                        Ok(AcquireOutcome::Granted(token)) => {
-                            Some(msg(id, Out::Granted(locksmith_proto::Granted { token, queued: false })))
-                        }
-                        Ok(AcquireOutcome::Busy) => Some(msg(id, Out::Busy(locksmith_proto::Busy {}))),
-                        Ok(AcquireOutcome::Queued) => None,
-                        Err(r) => Some(refusal_msg(id, &r)),
-                    },
+            Ok(Request::Acquire { name, owner, wait, lock_delay }) => {
+                let cmd = Acquire { session, request: id, name, owner, wait, lock_delay };
+                match self.machine.acquire(t, cmd) {
+                    Ok(outcome) => Reply::Acquired(outcome),
+                    Err(r) => Reply::Refused(r),
                 }
             }
-            Some(In::Release(r)) => {
-                let was_held = self.machine.release(t, session, &r.name, &r.owner, r.token);
-                Some(msg(id, Out::Released(locksmith_proto::Released { was_held })))
+            Ok(Request::Release { name, owner, token }) => {
+                Reply::Released { was_held: self.machine.release(t, Release { session, name, owner, token }) }
             }
-            Some(In::Cancel(c)) => {
-                let was_waiting = self.machine.cancel(t, session, c.request);
-                Some(msg(id, Out::Cancelled(locksmith_proto::Cancelled { was_waiting })))
+            Ok(Request::Cancel { request }) => {
+                Reply::Cancelled { was_waiting: self.machine.cancel(t, session, request) }
             }
-            Some(In::Close(_)) => {
+            Ok(Request::Close) => {
                 self.machine.close(t, session);
                 self.collect();
                 self.conns.remove(&session);
                 return;
             }
-            Some(In::Open(_)) => Some(error_msg(id, Code::InvalidArgument, "session already open on this stream")),
-            None => Some(error_msg(id, Code::InvalidArgument, "empty message")),
         };
         // Effects first: a release's hand-off grant is written before the release's answer.
         self.collect();
-        if let Some(r) = reply {
-            self.send(session, r);
+        if let Some(m) = reply.into_message(id) {
+            self.send(session, m);
         }
     }
 }

@@ -11,10 +11,10 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use locksmith_core::Error;
 use locksmith_proto::ServerMessage;
 use tokio::sync::mpsc;
 
+use crate::error::ServerError;
 use crate::machine::Record;
 use crate::service::Outbox;
 use crate::wal::{encode_into, DataDir, LogFile};
@@ -32,7 +32,7 @@ pub(crate) enum Sink {
     Direct,
     Durable {
         tx: Option<mpsc::UnboundedSender<Job>>,
-        thread: Option<std::thread::JoinHandle<Result<(), Error>>>,
+        thread: Option<std::thread::JoinHandle<Result<(), ServerError>>>,
         failed: Arc<AtomicBool>,
         compact: Arc<AtomicBool>,
         /// Batches whose messages the writer has not delivered yet.
@@ -65,7 +65,11 @@ impl Sink {
         }
     }
 
-    pub(crate) fn submit(&mut self, records: Vec<Record>, msgs: Vec<(Outbox, ServerMessage)>) -> Result<(), Error> {
+    pub(crate) fn submit(
+        &mut self,
+        records: Vec<Record>,
+        msgs: Vec<(Outbox, ServerMessage)>,
+    ) -> Result<(), ServerError> {
         match self {
             Sink::Direct => {
                 for (out, m) in msgs {
@@ -90,7 +94,7 @@ impl Sink {
                 }
                 let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs)).is_ok());
                 if !sent || failed.load(Ordering::SeqCst) {
-                    return Err(Error::Io(std::io::Error::other("write-ahead log writer has stopped")));
+                    return Err(ServerError::WriterStopped);
                 }
                 Ok(())
             }
@@ -112,11 +116,11 @@ impl Sink {
     }
 
     /// Waits until everything submitted is written.
-    pub(crate) fn finish(&mut self) -> Result<(), Error> {
+    pub(crate) fn finish(&mut self) -> Result<(), ServerError> {
         if let Sink::Durable { tx, thread, .. } = self {
             tx.take();
             if let Some(t) = thread.take() {
-                return t.join().unwrap_or_else(|_| Err(Error::Io(std::io::Error::other("log writer panicked"))));
+                return t.join().unwrap_or_else(|_| Err(ServerError::Failed("log writer panicked".into())));
             }
         }
         Ok(())
@@ -129,7 +133,7 @@ fn write_loop(
     mut rx: mpsc::UnboundedReceiver<Job>,
     compact: &AtomicBool,
     in_flight: &AtomicUsize,
-) -> Result<(), Error> {
+) -> Result<(), ServerError> {
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut jobs = Vec::new();
     while let Some(first) = rx.blocking_recv() {

@@ -2,11 +2,11 @@
 //!
 //! Layout: `<dir>/LOCK` (held with an exclusive file lock while a server runs) and `<dir>/wal`:
 //! a 16-byte magic header, then frames of `len: u32 LE | crc32(payload): u32 LE | payload`,
-//! where payload is a protobuf `WalRecord`, then zeros: the file is preallocated in chunks,
+//! where payload is a protobuf `locksmith.wal.v1.Record` (`proto/wal.proto`), then zeros: the file is preallocated in chunks,
 //! because `fdatasync` after an append that grows the file also writes the inode (measured here:
 //! ~130 µs growing vs ~70 µs inside preallocated space). An all-zero frame header ends the log.
 //! A frame that does not check out is a torn write from a crash only if nothing but zeros
-//! follows it; then it is dropped. Anything else is reported as [`Error::Corrupt`] and the
+//! follows it; then it is dropped. Anything else is reported as [`ServerError::Corrupt`] and the
 //! directory is left exactly as it was.
 //!
 //! redb was measured at ~0.7 ms per durable commit here; a plain write + `fdatasync` lets one
@@ -16,15 +16,13 @@ use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use locksmith_core::Error;
-use locksmith_proto::{
-    wal_record::Body, WalCounter, WalGrant, WalHorizon, WalRecord, WalRelease, WalReserve, WalSession,
-};
+use locksmith_proto::wal;
 use prost::Message;
 
+use crate::error::ServerError;
 use crate::machine::Record;
+use crate::pb_impl;
 
 const MAGIC: &[u8; 16] = b"LOCKSMITH-WAL-1\n";
 /// Largest frame accepted: a record holds at most a name, an owner and a few numbers.
@@ -88,17 +86,12 @@ impl DataDir {
     /// Opens (creating if needed) and locks `path`, and reads every record in its log.
     ///
     /// # Errors
-    /// [`Error::Corrupt`] for a log that does not check out, [`Error::Io`] for I/O failures or
-    /// when another server holds the directory.
-    pub(crate) fn open(path: &Path) -> Result<(Self, Vec<Record>), Error> {
+    /// [`ServerError::Corrupt`] for a log that does not check out, [`ServerError::InUse`] when
+    /// another server holds the directory, [`ServerError::Io`] for I/O failures.
+    pub(crate) fn open(path: &Path) -> Result<(Self, Vec<Record>), ServerError> {
         std::fs::create_dir_all(path)?;
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(path.join("LOCK"))?;
-        lock.try_lock().map_err(|_| {
-            Error::Io(std::io::Error::other(format!(
-                "data directory {} is in use by another locksmith server",
-                path.display()
-            )))
-        })?;
+        lock.try_lock().map_err(|_| ServerError::InUse(path.to_path_buf()))?;
         let records = match File::open(path.join("wal")) {
             Ok(mut f) => {
                 let mut bytes = Vec::new();
@@ -116,7 +109,7 @@ impl DataDir {
     ///
     /// # Errors
     /// I/O failures; the old log is then still in place.
-    pub(crate) fn rewrite(&self, records: &[Record]) -> Result<LogFile, Error> {
+    pub(crate) fn rewrite(&self, records: &[Record]) -> Result<LogFile, ServerError> {
         let tmp = self.path.join("wal.tmp");
         let f = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(&tmp)?;
         let mut buf = MAGIC.to_vec();
@@ -138,22 +131,22 @@ impl DataDir {
 
 /// Appends one framed record to `buf`.
 pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
-    let payload = to_proto(record).encode_to_vec();
+    let payload = pb_impl::to_wal(record).encode_to_vec();
     buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
     buf.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
     buf.extend_from_slice(&payload);
 }
 
-fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
+fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, ServerError> {
     if bytes.len() < MAGIC.len() {
         // A crash while the very first header was written leaves a short file.
         if MAGIC.starts_with(bytes) {
             return Ok(Vec::new());
         }
-        return Err(Error::Corrupt("wal: file is too short and has no locksmith header".into()));
+        return Err(ServerError::Corrupt("wal: file is too short and has no locksmith header".into()));
     }
     if &bytes[..MAGIC.len()] != MAGIC {
-        return Err(Error::Corrupt("wal: not a locksmith log (bad header)".into()));
+        return Err(ServerError::Corrupt("wal: not a locksmith log (bad header)".into()));
     }
     let mut records = Vec::new();
     let mut at = MAGIC.len();
@@ -174,10 +167,10 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
             if zeros_from(at) {
                 break;
             }
-            return Err(Error::Corrupt(format!("wal: data after an empty frame at offset {at}")));
+            return Err(ServerError::Corrupt(format!("wal: data after an empty frame at offset {at}")));
         }
         if len > MAX_FRAME {
-            return Err(Error::Corrupt(format!("wal: frame at offset {at} claims {len} bytes")));
+            return Err(ServerError::Corrupt(format!("wal: frame at offset {at} claims {len} bytes")));
         }
         let end = at + 8 + len;
         let intact = rest.len() >= 8 + len && crc32fast::hash(&rest[8..8 + len]) == crc;
@@ -186,69 +179,22 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, Error> {
                 tracing::warn!(offset = at, "wal: dropping a torn last frame");
                 break;
             }
-            return Err(Error::Corrupt(format!("wal: checksum mismatch at offset {at}")));
+            return Err(ServerError::Corrupt(format!("wal: checksum mismatch at offset {at}")));
         }
-        let msg = WalRecord::decode(&rest[8..8 + len])
-            .map_err(|e| Error::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
-        let record = from_proto(msg).ok_or_else(|| Error::Corrupt(format!("wal: empty record at offset {at}")))?;
+        let msg = wal::Record::decode(&rest[8..8 + len])
+            .map_err(|e| ServerError::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
+        let record =
+            pb_impl::from_wal(msg).ok_or_else(|| ServerError::Corrupt(format!("wal: empty record at offset {at}")))?;
         records.push(record);
         at = end;
     }
     Ok(records)
 }
 
-fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
-
-fn to_proto(r: &Record) -> WalRecord {
-    let body = match r {
-        Record::Boot { epoch } => Body::BootEpoch(*epoch),
-        Record::Session { id, ttl } => Body::Session(WalSession { id: *id, ttl_ms: ms(*ttl) }),
-        Record::Grant { name, session, owner, token, lock_delay } => Body::Grant(WalGrant {
-            name: name.clone(),
-            session: *session,
-            owner: owner.clone(),
-            token: *token,
-            lock_delay_ms: ms(*lock_delay),
-        }),
-        Record::Release { name, token, delay } => {
-            Body::Release(WalRelease { name: name.clone(), token: *token, delay_ms: ms(*delay) })
-        }
-        Record::SessionEnd { id } => Body::SessionEnd(*id),
-        Record::Counter { name, token, delay } => {
-            Body::Counter(WalCounter { name: name.clone(), token: *token, delay_ms: ms(*delay) })
-        }
-        Record::Reserve { name, upto } => Body::Reserve(WalReserve { name: name.clone(), upto: *upto }),
-        Record::Horizon { ttl, lock_delay } => {
-            Body::Horizon(WalHorizon { ttl_ms: ms(*ttl), lock_delay_ms: ms(*lock_delay) })
-        }
-    };
-    WalRecord { body: Some(body) }
-}
-
-fn from_proto(r: WalRecord) -> Option<Record> {
-    let d = Duration::from_millis;
-    Some(match r.body? {
-        Body::BootEpoch(epoch) => Record::Boot { epoch },
-        Body::Session(s) => Record::Session { id: s.id, ttl: d(s.ttl_ms) },
-        Body::Grant(g) => Record::Grant {
-            name: g.name,
-            session: g.session,
-            owner: g.owner,
-            token: g.token,
-            lock_delay: d(g.lock_delay_ms),
-        },
-        Body::Release(x) => Record::Release { name: x.name, token: x.token, delay: d(x.delay_ms) },
-        Body::SessionEnd(id) => Record::SessionEnd { id },
-        Body::Counter(c) => Record::Counter { name: c.name, token: c.token, delay: d(c.delay_ms) },
-        Body::Reserve(r) => Record::Reserve { name: r.name, upto: r.upto },
-        Body::Horizon(h) => Record::Horizon { ttl: d(h.ttl_ms), lock_delay: d(h.lock_delay_ms) },
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     fn sample() -> Vec<Record> {
@@ -307,7 +253,7 @@ mod tests {
         let mid = MAGIC.len();
         let first = log(&sample()[..1]).len() - MAGIC.len();
         bytes[mid..mid + first].fill(0);
-        assert!(matches!(decode_log(&bytes), Err(Error::Corrupt(_))));
+        assert!(matches!(decode_log(&bytes), Err(ServerError::Corrupt(_))));
     }
 
     #[test]
@@ -315,12 +261,52 @@ mod tests {
         let mut bytes = log(&sample());
         let mid = MAGIC.len() + 12;
         bytes[mid] ^= 0xff;
-        assert!(matches!(decode_log(&bytes), Err(Error::Corrupt(_))));
+        assert!(matches!(decode_log(&bytes), Err(ServerError::Corrupt(_))));
+    }
+
+    /// What `tests/fixtures/wal-locksmith-v1.log` holds: every record kind with every field
+    /// non-zero (proto3 leaves zero fields out, so a zero would not pin its field number).
+    fn fixture_records() -> Vec<Record> {
+        let (s1, s2) = ((3 << 32) | 1, (3 << 32) | 2);
+        let ms = Duration::from_millis;
+        vec![
+            Record::Boot { epoch: 3 },
+            Record::Session { id: s1, ttl: ms(10_000) },
+            Record::Session { id: s2, ttl: ms(2_500) },
+            Record::Grant {
+                name: "jobs/nightly".into(),
+                session: s1,
+                owner: "host/42/0badcafe-1".into(),
+                token: 7,
+                lock_delay: ms(1_500),
+            },
+            Record::Release { name: "jobs/nightly".into(), token: 7, delay: ms(1_500) },
+            Record::Grant {
+                name: "jobs/nightly".into(),
+                session: s2,
+                owner: "host/43/0badcafe-2".into(),
+                token: 8,
+                lock_delay: ms(250),
+            },
+            Record::Counter { name: "ünïcode/☃".into(), token: 41, delay: ms(900) },
+            Record::SessionEnd { id: s1 },
+            Record::Reserve { name: "leased".into(), upto: 2048 },
+            Record::Horizon { ttl: ms(30_000), lock_delay: ms(5_000) },
+        ]
+    }
+
+    /// A log written by the first release's encoder (the WAL messages then lived in the wire
+    /// package `locksmith.v1`) still decodes to the same records: data dirs survive upgrades.
+    #[test]
+    fn a_log_written_by_the_first_release_still_decodes() {
+        let bytes = include_bytes!("../tests/fixtures/wal-locksmith-v1.log");
+        assert_eq!(decode_log(bytes).ok(), Some(fixture_records()));
+        assert_eq!(log(&fixture_records()), bytes, "today's encoder writes the same bytes");
     }
 
     #[test]
     fn a_foreign_file_is_reported_as_corrupt() {
-        assert!(matches!(decode_log(b"hello, this is not a log at all"), Err(Error::Corrupt(_))));
-        assert!(matches!(decode_log(b"\xff\xfe"), Err(Error::Corrupt(_))));
+        assert!(matches!(decode_log(b"hello, this is not a log at all"), Err(ServerError::Corrupt(_))));
+        assert!(matches!(decode_log(b"\xff\xfe"), Err(ServerError::Corrupt(_))));
     }
 }

@@ -16,9 +16,27 @@ fn limits() -> Limits {
         min_ttl: ms(100),
         max_ttl: Duration::from_secs(3600),
         max_lock_delay: Duration::from_secs(60),
+        max_owner_len: 128,
         max_waiters_per_lock: 100,
         max_sessions: 100,
     }
+}
+
+/// The acquire command of request `req` in session `s`: `name` as `owner`, no wait, no lock-delay.
+fn cmd(s: SessionId, req: u64, name: &str, owner: &str) -> Acquire {
+    Acquire {
+        session: s,
+        request: req,
+        name: LockName::new(name).unwrap(),
+        owner: Owner::new(owner).unwrap(),
+        wait: false,
+        lock_delay: Duration::ZERO,
+    }
+}
+
+/// The release command of the hold `(s, owner, token)` on `name`.
+fn rel(s: SessionId, name: &str, owner: &str, token: u64) -> Release {
+    Release { session: s, name: LockName::new(name).unwrap(), owner: Owner::new(owner).unwrap(), token }
 }
 
 /// A fresh machine in `Leases` mode (restored from an empty log) and its snapshot records.
@@ -33,7 +51,7 @@ fn open(m: &mut Machine, now: Instant, ttl_ms: u64) -> SessionId {
 }
 
 fn try_acq(m: &mut Machine, now: Instant, s: SessionId, name: &str) -> AcquireOutcome {
-    m.acquire(now, s, 0, name, "o", false, Duration::ZERO).unwrap()
+    m.acquire(now, cmd(s, 0, name, "o")).unwrap()
 }
 
 fn grab(m: &mut Machine, now: Instant, s: SessionId, name: &str) -> u64 {
@@ -58,7 +76,7 @@ fn grants_emit_no_records_but_one_synced_reservation_per_block() {
     for i in 1..=RESERVE_BLOCK + 1 {
         let token = grab(&mut m, t0, s, "a");
         assert_eq!(token, i);
-        assert!(m.release(t0, s, "a", "o", token));
+        assert!(m.release(t0, rel(s, "a", "o", token)));
         log.extend(m.take_records());
     }
     assert_eq!(
@@ -80,7 +98,7 @@ fn horizon_is_logged_only_when_the_longest_ttl_or_lock_delay_grows() {
     let _ = open(&mut m, t0, 500);
     let _ = open(&mut m, t0, 1000);
     assert_eq!(m.take_records().len(), 1);
-    m.acquire(t0, a, 1, "x", "o", false, ms(300)).unwrap();
+    m.acquire(t0, Acquire { lock_delay: ms(300), ..cmd(a, 1, "x", "o") }).unwrap();
     let logged = m.take_records();
     assert!(logged.contains(&Record::Horizon { ttl: ms(1000), lock_delay: ms(300) }), "{logged:?}");
 }
@@ -93,7 +111,7 @@ fn tokens_after_a_restart_continue_above_the_reservation() {
     let mut last = 0;
     for _ in 0..5 {
         last = grab(&mut m, t0, s, "a");
-        m.release(t0, s, "a", "o", last);
+        m.release(t0, rel(s, "a", "o", last));
     }
     disk.extend(m.take_records());
     // kill -9: only what was logged survives.
@@ -118,7 +136,10 @@ fn after_a_restart_a_granted_lock_stays_unavailable_for_the_longest_ttl_and_then
     assert_eq!(try_acq(&mut m, t1, n, "a"), AcquireOutcome::Busy);
     assert_eq!(try_acq(&mut m, t1 + ms(1999), n, "a"), AcquireOutcome::Busy, "the old holder may still act");
     assert_eq!(try_acq(&mut m, t1 + ms(1999), n, "never-granted"), AcquireOutcome::Granted(1));
-    assert_eq!(m.acquire(t1 + ms(1999), n, 7, "a", "o", true, Duration::ZERO).unwrap(), AcquireOutcome::Queued);
+    assert_eq!(
+        m.acquire(t1 + ms(1999), Acquire { wait: true, ..cmd(n, 7, "a", "o") }).unwrap(),
+        AcquireOutcome::Queued
+    );
     m.tick(t1 + ms(2000));
     let granted: Vec<_> = m
         .take_effects()
@@ -137,7 +158,7 @@ fn the_quiet_period_covers_the_longest_lock_delay_too() {
     let t0 = Instant::now();
     let (mut m, mut disk) = leases(t0);
     let s = open(&mut m, t0, 1000);
-    m.acquire(t0, s, 1, "a", "o", false, ms(400)).unwrap();
+    m.acquire(t0, Acquire { lock_delay: ms(400), ..cmd(s, 1, "a", "o") }).unwrap();
     disk.extend(m.take_records());
     let mut m = Machine::restore_with(limits(), Durability::Leases, disk, t0);
     let n = open(&mut m, t0, 5000);

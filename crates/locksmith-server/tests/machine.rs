@@ -15,6 +15,7 @@ fn limits() -> Limits {
         min_ttl: ms(100),
         max_ttl: Duration::from_secs(3600),
         max_lock_delay: Duration::from_secs(60),
+        max_owner_len: 128,
         max_waiters_per_lock: 100,
         max_sessions: 100,
     }
@@ -24,6 +25,23 @@ fn machine() -> Machine {
     Machine::new(limits(), 1)
 }
 
+/// The acquire command of request `req` in session `s`: `name` as `owner`, no wait, no lock-delay.
+fn cmd(s: SessionId, req: u64, name: &str, owner: &str) -> Acquire {
+    Acquire {
+        session: s,
+        request: req,
+        name: LockName::new(name).unwrap(),
+        owner: Owner::new(owner).unwrap(),
+        wait: false,
+        lock_delay: Duration::ZERO,
+    }
+}
+
+/// The release command of the hold `(s, owner, token)` on `name`.
+fn rel(s: SessionId, name: &str, owner: &str, token: u64) -> Release {
+    Release { session: s, name: LockName::new(name).unwrap(), owner: Owner::new(owner).unwrap(), token }
+}
+
 /// Opens a fresh session with a TTL of `ttl_ms`.
 fn open(m: &mut Machine, now: Instant, ttl_ms: u64) -> SessionId {
     m.open(now, ms(ttl_ms), None).unwrap().0
@@ -31,7 +49,7 @@ fn open(m: &mut Machine, now: Instant, ttl_ms: u64) -> SessionId {
 
 /// Acquire without lock-delay.
 fn acq(m: &mut Machine, now: Instant, s: SessionId, req: u64, name: &str, owner: &str, wait: bool) -> AcquireOutcome {
-    m.acquire(now, s, req, name, owner, wait, Duration::ZERO).unwrap()
+    m.acquire(now, Acquire { wait, ..cmd(s, req, name, owner) }).unwrap()
 }
 
 /// Acquire that must be granted at once; returns the token.
@@ -128,7 +146,7 @@ fn tokens_strictly_increase_across_holders_of_one_lock() {
         let s = if i % 2 == 0 { a } else { b };
         let t = grab(&mut m, at(i), s, i, "x", "o");
         assert_eq!(t, last + 1);
-        assert!(m.release(at(i), s, "x", "o", t));
+        assert!(m.release(at(i), rel(s, "x", "o", t)));
         assert_eq!(view(&m, at(i), "x").last_token, t, "the counter is remembered while free");
         last = t;
     }
@@ -143,7 +161,7 @@ fn each_lock_has_its_own_token_counter() {
     let s = open(&mut m, at(0), 10_000);
     for i in 0..3 {
         let t = grab(&mut m, at(1), s, i, "a", "o");
-        assert!(m.release(at(1), s, "a", "o", t));
+        assert!(m.release(at(1), rel(s, "a", "o", t)));
     }
     assert_eq!(grab(&mut m, at(2), s, 10, "b", "o"), 1);
     assert_eq!(grab(&mut m, at(2), s, 11, "a", "o"), 4);
@@ -167,7 +185,7 @@ fn no_wait_acquire_of_a_held_lock_is_busy_and_queues_nothing() {
     assert_eq!(grants(&m.take_records()), vec![("x".to_string(), a, t)]);
     assert!(!m.cancel(at(3), b, 2), "a busy answer leaves nothing to cancel");
     // Released: nobody is waiting, so nobody is handed the lock.
-    assert!(m.release(at(4), a, "x", "o", t));
+    assert!(m.release(at(4), rel(a, "x", "o", t)));
     assert!(m.take_effects().is_empty());
     assert_eq!(holder(&m, at(4), "x"), None);
 }
@@ -192,7 +210,7 @@ fn release_hands_the_lock_to_the_oldest_waiter() {
     let mut owner = "h";
     for (i, s) in w.iter().enumerate() {
         m.take_records();
-        assert!(m.release(at(10 + i as u64), current, "x", owner, token));
+        assert!(m.release(at(10 + i as u64), rel(current, "x", owner, token)));
         let effects = m.take_effects();
         assert_eq!(effects, vec![Effect::Granted { session: *s, request: 100 + i as u64, token: token + 1 }]);
         assert_eq!(grants(&m.take_records()), vec![("x".to_string(), *s, token + 1)]);
@@ -202,7 +220,7 @@ fn release_hands_the_lock_to_the_oldest_waiter() {
         current = *s;
         owner = "w";
     }
-    assert!(m.release(at(20), current, "x", owner, token));
+    assert!(m.release(at(20), rel(current, "x", owner, token)));
     assert!(m.take_effects().is_empty());
     assert_eq!(holder(&m, at(20), "x"), None);
 }
@@ -236,7 +254,7 @@ fn another_owner_in_the_holding_session_is_not_granted() {
     assert_eq!(acq(&mut m, at(3), s, 3, "x", "bob", true), AcquireOutcome::Queued);
     assert_eq!(holder(&m, at(3), "x"), Some((s, "alice".to_string(), t)));
     assert_eq!(waiters(&m, at(3), "x"), 1);
-    assert!(m.release(at(4), s, "x", "alice", t));
+    assert!(m.release(at(4), rel(s, "x", "alice", t)));
     assert_eq!(m.take_effects(), vec![Effect::Granted { session: s, request: 3, token: t + 1 }]);
     assert_eq!(holder(&m, at(4), "x"), Some((s, "bob".to_string(), t + 1)));
 }
@@ -253,7 +271,7 @@ fn resent_queued_acquire_is_queued_once() {
     assert_eq!(acq(&mut m, at(2), b, 7, "x", "o", true), AcquireOutcome::Queued);
     assert_eq!(acq(&mut m, at(3), b, 7, "x", "o", true), AcquireOutcome::Queued);
     assert_eq!(waiters(&m, at(3), "x"), 1);
-    assert!(m.release(at(4), a, "x", "o", t));
+    assert!(m.release(at(4), rel(a, "x", "o", t)));
     assert_eq!(m.take_effects(), vec![Effect::Granted { session: b, request: 7, token: t + 1 }]);
     assert_eq!(waiters(&m, at(4), "x"), 0);
 }
@@ -273,11 +291,11 @@ fn release_with_wrong_owner_token_or_session_is_refused_and_changes_nothing() {
     m.take_records();
     let before = m.status(at(2), None);
 
-    assert!(!m.release(at(2), a, "x", "other", t), "wrong owner");
-    assert!(!m.release(at(2), a, "x", "o", t + 1), "wrong token");
-    assert!(!m.release(at(2), a, "x", "o", t - 1), "stale token");
-    assert!(!m.release(at(2), b, "x", "o", t), "wrong session");
-    assert!(!m.release(at(2), a, "y", "o", t), "wrong lock");
+    assert!(!m.release(at(2), rel(a, "x", "other", t)), "wrong owner");
+    assert!(!m.release(at(2), rel(a, "x", "o", t + 1)), "wrong token");
+    assert!(!m.release(at(2), rel(a, "x", "o", t - 1)), "stale token");
+    assert!(!m.release(at(2), rel(b, "x", "o", t)), "wrong session");
+    assert!(!m.release(at(2), rel(a, "y", "o", t)), "wrong lock");
 
     assert_eq!(m.status(at(2), None), before);
     assert!(m.take_records().is_empty());
@@ -293,12 +311,12 @@ fn repeated_release_returns_false() {
     let a = open(&mut m, at(0), 10_000);
     let b = open(&mut m, at(0), 10_000);
     let t = grab(&mut m, at(1), a, 1, "x", "o");
-    assert!(m.release(at(2), a, "x", "o", t));
-    assert!(!m.release(at(3), a, "x", "o", t));
+    assert!(m.release(at(2), rel(a, "x", "o", t)));
+    assert!(!m.release(at(3), rel(a, "x", "o", t)));
     let t2 = grab(&mut m, at(4), b, 2, "x", "o");
     // Same owner string, old token, another session's hold: still refused.
-    assert!(!m.release(at(5), a, "x", "o", t));
-    assert!(!m.release(at(5), b, "x", "o", t));
+    assert!(!m.release(at(5), rel(a, "x", "o", t)));
+    assert!(!m.release(at(5), rel(b, "x", "o", t)));
     assert_eq!(holder(&m, at(5), "x"), Some((b, "o".to_string(), t2)));
 }
 
@@ -320,7 +338,7 @@ fn cancel_removes_a_queued_waiter() {
     assert!(m.cancel(at(4), b, 5));
     assert_eq!(waiters(&m, at(4), "x"), 1);
     assert!(!m.cancel(at(5), b, 5), "already cancelled");
-    assert!(m.release(at(6), h, "x", "o", t));
+    assert!(m.release(at(6), rel(h, "x", "o", t)));
     assert_eq!(m.take_effects(), vec![Effect::Granted { session: c, request: 6, token: t + 1 }]);
 }
 
@@ -339,7 +357,7 @@ fn cancel_of_an_unknown_or_granted_request_returns_false() {
     assert_eq!(acq(&mut m, at(2), b, 2, "x", "o", true), AcquireOutcome::Queued);
     assert!(!m.cancel(at(3), h, 2), "the request belongs to another session");
     assert_eq!(waiters(&m, at(3), "x"), 1);
-    assert!(m.release(at(4), h, "x", "o", t));
+    assert!(m.release(at(4), rel(h, "x", "o", t)));
     assert_eq!(m.take_effects().len(), 1);
     assert!(!m.cancel(at(5), b, 2), "already granted");
     assert_eq!(holder(&m, at(5), "x"), Some((b, "o".to_string(), t + 1)), "a late cancel keeps the hold");
@@ -412,7 +430,7 @@ fn expiry_removes_the_expired_sessions_own_waiters() {
     m.tick(at(1_000));
     assert_eq!(m.take_effects(), vec![Effect::Expired { session: dying }]);
     assert_eq!(waiters(&m, at(1_000), "x"), 1);
-    assert!(m.release(at(1_001), h, "x", "o", t));
+    assert!(m.release(at(1_001), rel(h, "x", "o", t)));
     assert_eq!(m.take_effects(), vec![Effect::Granted { session: c, request: 3, token: t + 1 }]);
 }
 
@@ -426,13 +444,13 @@ fn expired_session_is_refused_for_keep_alive_acquire_and_resume() {
     // Without a tick in between: the call itself notices the deadline has passed.
     assert_eq!(m.keep_alive(at(1_000), s), Err(Refusal::SessionExpired));
     assert_eq!(m.take_effects(), vec![Effect::Expired { session: s }]);
-    assert_eq!(m.acquire(at(1_001), s, 1, "x", "o", true, Duration::ZERO), Err(Refusal::SessionExpired));
+    assert_eq!(m.acquire(at(1_001), Acquire { wait: true, ..cmd(s, 1, "x", "o") }), Err(Refusal::SessionExpired));
     assert_eq!(m.open(at(1_002), ms(1_000), Some(s)), Err(Refusal::SessionExpired));
     assert!(m.status(at(1_002), None).is_empty(), "the refused acquire left no lock behind");
 
     // An acquire past the deadline, with no tick or keep-alive before it, is refused too.
     let s2 = open(&mut m, at(2_000), 1_000);
-    assert_eq!(m.acquire(at(3_000), s2, 1, "x", "o", false, Duration::ZERO), Err(Refusal::SessionExpired));
+    assert_eq!(m.acquire(at(3_000), cmd(s2, 1, "x", "o")), Err(Refusal::SessionExpired));
     // A session id never issued is refused the same way.
     assert_eq!(m.keep_alive(at(3_000), 12_345), Err(Refusal::SessionExpired));
 }
@@ -466,7 +484,10 @@ fn next_deadline_reports_the_earliest_deadline() {
     assert_eq!(m.next_deadline(), Some(at(1_100)));
     m.keep_alive(at(500), b).unwrap();
     assert_eq!(m.next_deadline(), Some(at(1_500)));
-    assert_eq!(m.acquire(at(500), b, 1, "x", "o", false, ms(5_000)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        m.acquire(at(500), Acquire { lock_delay: ms(5_000), ..cmd(b, 1, "x", "o") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     m.tick(at(1_500));
     // b expired holding x with a 5 s lock-delay: running until 6_500, a's deadline is 3_000.
     assert_eq!(m.next_deadline(), Some(at(3_000)));
@@ -490,7 +511,10 @@ fn expiry_with_lock_delay_keeps_the_lock_unavailable_until_the_delay_ends() {
     let a = open(&mut m, at(0), 1_000);
     let b = open(&mut m, at(0), 60_000);
     let c = open(&mut m, at(0), 60_000);
-    assert_eq!(m.acquire(at(0), a, 1, "x", "o", false, ms(2_000)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        m.acquire(at(0), Acquire { lock_delay: ms(2_000), ..cmd(a, 1, "x", "o") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     assert_eq!(acq(&mut m, at(10), b, 2, "x", "o", true), AcquireOutcome::Queued);
     m.take_records();
 
@@ -526,7 +550,10 @@ fn lock_delay_without_waiters_blocks_new_acquires_until_it_ends() {
     let mut m = machine();
     let a = open(&mut m, at(0), 1_000);
     let b = open(&mut m, at(0), 60_000);
-    assert_eq!(m.acquire(at(0), a, 1, "x", "o", false, ms(500)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        m.acquire(at(0), Acquire { lock_delay: ms(500), ..cmd(a, 1, "x", "o") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     m.tick(at(1_000));
     assert_eq!(acq(&mut m, at(1_499), b, 2, "x", "o", false), AcquireOutcome::Busy);
     // The acquire itself ends the delay that is over: no tick needed.
@@ -541,10 +568,13 @@ fn clean_release_does_not_apply_the_lock_delay() {
     let mut m = machine();
     let a = open(&mut m, at(0), 10_000);
     let b = open(&mut m, at(0), 10_000);
-    assert_eq!(m.acquire(at(0), a, 1, "x", "o", false, ms(5_000)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        m.acquire(at(0), Acquire { lock_delay: ms(5_000), ..cmd(a, 1, "x", "o") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     assert_eq!(acq(&mut m, at(1), b, 2, "x", "o", true), AcquireOutcome::Queued);
     m.take_records();
-    assert!(m.release(at(2), a, "x", "o", 1));
+    assert!(m.release(at(2), rel(a, "x", "o", 1)));
     assert_eq!(m.take_effects(), vec![Effect::Granted { session: b, request: 2, token: 2 }]);
     assert!(m.take_records().contains(&Record::Release { name: "x".into(), token: 1, delay: Duration::ZERO }));
     assert_eq!(view(&m, at(2), "x").delay_left, None);
@@ -558,7 +588,10 @@ fn close_does_not_apply_the_lock_delay() {
     let mut m = machine();
     let a = open(&mut m, at(0), 10_000);
     let b = open(&mut m, at(0), 10_000);
-    assert_eq!(m.acquire(at(0), a, 1, "x", "o", false, ms(5_000)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        m.acquire(at(0), Acquire { lock_delay: ms(5_000), ..cmd(a, 1, "x", "o") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     assert_eq!(acq(&mut m, at(1), b, 2, "x", "o", true), AcquireOutcome::Queued);
     m.take_records();
     m.close(at(2), a);
@@ -592,7 +625,7 @@ fn close_frees_holds_and_waiters_at_once() {
     assert_eq!(m.session_ttl_left(at(3), a), None);
     assert_eq!(m.keep_alive(at(3), a), Err(Refusal::SessionExpired));
     // b releases z: a's dropped waiter is not granted.
-    assert!(m.release(at(4), b, "z", "o", tz));
+    assert!(m.release(at(4), rel(b, "z", "o", tz)));
     assert!(m.take_effects().is_empty());
     assert_eq!(holder(&m, at(4), "z"), None);
     // Closing twice, or closing an unknown session, is harmless.
@@ -614,12 +647,12 @@ fn request_id_reused_on_another_lock_leaves_no_orphan_waiter() {
     let ty = grab(&mut m, at(0), h, 2, "y", "o");
     assert_eq!(acq(&mut m, at(1), s, 7, "x", "o", true), AcquireOutcome::Queued);
     // Whatever the answer to the reused id (refused or queued), the machine must stay consistent.
-    let _ = m.acquire(at(2), s, 7, "y", "o", true, Duration::ZERO);
+    let _ = m.acquire(at(2), Acquire { wait: true, ..cmd(s, 7, "y", "o") });
     m.close(at(3), s);
     assert_eq!(waiters(&m, at(3), "x"), 0, "closed session left a waiter on x");
     assert_eq!(waiters(&m, at(3), "y"), 0, "closed session left a waiter on y");
-    assert!(m.release(at(4), h, "x", "o", tx));
-    assert!(m.release(at(4), h, "y", "o", ty));
+    assert!(m.release(at(4), rel(h, "x", "o", tx)));
+    assert!(m.release(at(4), rel(h, "y", "o", ty)));
     assert!(m.take_effects().is_empty(), "a closed session was granted a lock");
     assert_eq!(holder(&m, at(4), "x"), None);
     assert_eq!(holder(&m, at(4), "y"), None);
@@ -651,10 +684,32 @@ fn lock_delay_above_the_maximum_is_refused_as_invalid() {
     let s = open(&mut m, at(0), 10_000);
     m.take_records();
     let max = limits().max_lock_delay;
-    assert!(matches!(m.acquire(at(1), s, 1, "x", "o", false, max + ms(1)), Err(Refusal::Invalid(_))));
+    assert!(matches!(
+        m.acquire(at(1), Acquire { lock_delay: max + ms(1), ..cmd(s, 1, "x", "o") }),
+        Err(Refusal::Invalid(_))
+    ));
     assert!(m.status(at(1), None).is_empty());
     assert!(m.take_records().is_empty());
-    assert_eq!(m.acquire(at(1), s, 2, "x", "o", false, max), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(m.acquire(at(1), Acquire { lock_delay: max, ..cmd(s, 2, "x", "o") }), Ok(AcquireOutcome::Granted(1)));
+}
+
+/// An owner id longer than max_owner_len is refused as Invalid and changes nothing; the limit itself is fine.
+#[test]
+fn owner_longer_than_the_limit_is_refused_as_invalid() {
+    let t0 = Instant::now();
+    let at = |n: u64| t0 + Duration::from_millis(n);
+    let mut m = machine();
+    let s = open(&mut m, at(0), 10_000);
+    m.take_records();
+    let max = limits().max_owner_len;
+    assert_eq!(max, locksmith_core::MAX_OWNER_LEN, "the server's limit agrees with every client's");
+    let long = "o".repeat(max + 1);
+    assert!(matches!(m.acquire(at(1), cmd(s, 1, "x", &long)), Err(Refusal::Invalid(_))));
+    assert!(matches!(m.acquire(at(1), Acquire { wait: true, ..cmd(s, 2, "x", &long) }), Err(Refusal::Invalid(_))));
+    assert!(m.status(at(1), None).is_empty());
+    assert!(m.take_records().is_empty());
+    assert_eq!(acq(&mut m, at(1), s, 3, "x", &"o".repeat(max), false), AcquireOutcome::Granted(1));
+    assert_eq!(Limits::default().max_owner_len, locksmith_core::MAX_OWNER_LEN);
 }
 
 /// Queueing beyond max_waiters_per_lock is refused with Limit; a slot freed by cancel is reusable.
@@ -668,7 +723,7 @@ fn full_wait_queue_is_refused_with_limit() {
     grab(&mut m, at(0), h, 1, "x", "o");
     assert_eq!(acq(&mut m, at(1), s[0], 10, "x", "o", true), AcquireOutcome::Queued);
     assert_eq!(acq(&mut m, at(1), s[1], 11, "x", "o", true), AcquireOutcome::Queued);
-    assert!(matches!(m.acquire(at(1), s[2], 12, "x", "o", true, Duration::ZERO), Err(Refusal::Limit(_))));
+    assert!(matches!(m.acquire(at(1), Acquire { wait: true, ..cmd(s[2], 12, "x", "o") }), Err(Refusal::Limit(_))));
     assert_eq!(waiters(&m, at(1), "x"), 2);
     assert!(!m.cancel(at(1), s[2], 12), "the refused acquire was not queued");
     // A no-wait acquire is still answered Busy, and another lock is unaffected.
@@ -704,7 +759,10 @@ fn grant_and_release_emit_records_with_the_right_durability() {
     assert_eq!(opened, vec![Record::Session { id: s, ttl: ms(10_000) }]);
     assert!(!opened[0].needs_sync());
 
-    assert_eq!(m.acquire(at(1), s, 1, "x", "own", false, ms(300)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        m.acquire(at(1), Acquire { lock_delay: ms(300), ..cmd(s, 1, "x", "own") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     let granted = m.take_records();
     assert_eq!(
         granted,
@@ -712,7 +770,7 @@ fn grant_and_release_emit_records_with_the_right_durability() {
     );
     assert!(granted[0].needs_sync());
 
-    assert!(m.release(at(2), s, "x", "own", 1));
+    assert!(m.release(at(2), rel(s, "x", "own", 1)));
     let released = m.take_records();
     assert_eq!(released, vec![Record::Release { name: "x".into(), token: 1, delay: Duration::ZERO }]);
     assert!(!released[0].needs_sync());
@@ -738,7 +796,7 @@ fn restore_keeps_holders_and_counters() {
     for i in 0..3 {
         let t = grab(&mut l.m, at(1), a, i, "free", "o");
         l.sync();
-        assert!(l.m.release(at(1), a, "free", "o", t));
+        assert!(l.m.release(at(1), rel(a, "free", "o", t)));
         l.sync();
     }
     let tx = grab(&mut l.m, at(2), a, 10, "x", "alice");
@@ -765,7 +823,7 @@ fn tokens_after_restore_exceed_every_token_before() {
     for (i, name) in ["x", "x", "y", "x", "z"].into_iter().enumerate() {
         let t = grab(&mut l.m, at(1), a, i as u64, name, "o");
         l.sync();
-        assert!(l.m.release(at(1), a, name, "o", t));
+        assert!(l.m.release(at(1), rel(a, name, "o", t)));
         l.sync();
         max_before.insert(name, t);
     }
@@ -863,7 +921,7 @@ fn restored_session_can_resume_and_release() {
     assert_eq!(r.open(at(2_500), ms(1_000), Some(a)), Ok((a, ms(1_000))));
     assert_eq!(r.session_ttl_left(at(2_500), a), Some(ms(1_000)));
     assert_eq!(acq(&mut r, at(2_600), a, 2, "x", "o", false), AcquireOutcome::Granted(t));
-    assert!(r.release(at(2_700), a, "x", "o", t));
+    assert!(r.release(at(2_700), rel(a, "x", "o", t)));
     assert_eq!(holder(&r, at(2_700), "x"), None);
 }
 
@@ -883,7 +941,7 @@ fn restore_does_not_bring_back_waiters() {
     let mut r = Machine::restore(limits(), l.log.clone(), at(3));
     assert_eq!(waiters(&r, at(3), "x"), 0);
     assert!(!r.cancel(at(3), b, 2));
-    assert!(r.release(at(4), a, "x", "o", t));
+    assert!(r.release(at(4), rel(a, "x", "o", t)));
     assert!(r.take_effects().is_empty());
     assert_eq!(holder(&r, at(4), "x"), None);
 }
@@ -930,7 +988,10 @@ fn restore_keeps_a_running_lock_delay() {
     let mut l = Logged::new();
     let a = open(&mut l.m, at(0), 1_000);
     l.sync();
-    assert_eq!(l.m.acquire(at(0), a, 1, "x", "o", false, ms(3_000)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        l.m.acquire(at(0), Acquire { lock_delay: ms(3_000), ..cmd(a, 1, "x", "o") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     l.sync();
     l.m.tick(at(1_000));
     l.sync();
@@ -953,7 +1014,10 @@ fn restore_does_not_reimpose_a_lock_delay_that_already_ended() {
     let a = open(&mut l.m, at(0), 1_000);
     let b = open(&mut l.m, at(0), 60_000);
     l.sync();
-    assert_eq!(l.m.acquire(at(0), a, 1, "x", "o", false, ms(10_000)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        l.m.acquire(at(0), Acquire { lock_delay: ms(10_000), ..cmd(a, 1, "x", "o") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     l.sync();
     assert_eq!(acq(&mut l.m, at(1), b, 2, "x", "o", true), AcquireOutcome::Queued);
     l.sync();
@@ -969,7 +1033,7 @@ fn restore_does_not_reimpose_a_lock_delay_that_already_ended() {
     assert_eq!(v.delay_left, None, "the delay served before the crash came back");
     let c = open(&mut r, at(12_000), 60_000);
     assert_eq!(acq(&mut r, at(12_001), c, 3, "x", "o", true), AcquireOutcome::Queued);
-    assert!(r.release(at(12_002), b, "x", "o", 2));
+    assert!(r.release(at(12_002), rel(b, "x", "o", 2)));
     assert_eq!(r.take_effects(), vec![Effect::Granted { session: c, request: 3, token: 3 }]);
 }
 
@@ -984,12 +1048,15 @@ fn restore_from_a_snapshot_gives_the_same_status() {
     let dying = open(&mut m, at(0), 500);
     for i in 0..4 {
         let t = grab(&mut m, at(1), a, i, "counted", "o");
-        assert!(m.release(at(1), a, "counted", "o", t));
+        assert!(m.release(at(1), rel(a, "counted", "o", t)));
     }
     grab(&mut m, at(2), a, 10, "x", "alice");
     grab(&mut m, at(2), b, 11, "y", "bob");
     grab(&mut m, at(2), b, 12, "x2", "carol");
-    assert_eq!(m.acquire(at(2), dying, 13, "delayed", "d", false, ms(4_000)), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(
+        m.acquire(at(2), Acquire { lock_delay: ms(4_000), ..cmd(dying, 13, "delayed", "d") }),
+        Ok(AcquireOutcome::Granted(1))
+    );
     m.tick(at(500)); // dying expires: "delayed" is in lock-delay until 4_500
     let now = at(1_000);
     // Renew everyone at `now` so the TTL left matches the full TTL a restore grants.
@@ -1020,7 +1087,7 @@ fn restore_emits_a_snapshot_that_restores_to_the_same_state() {
     for i in 0..3 {
         let t = grab(&mut l.m, at(1), a, i, "x", "o");
         l.sync();
-        assert!(l.m.release(at(1), a, "x", "o", t));
+        assert!(l.m.release(at(1), rel(a, "x", "o", t)));
         l.sync();
     }
     grab(&mut l.m, at(2), a, 9, "y", "o");
@@ -1094,7 +1161,7 @@ fn random_operation_sequences_keep_the_invariants() {
                 (10..=44, Some(s)) => {
                     let delay = if rng.below(4) == 0 { ms(rng.below(400)) } else { Duration::ZERO };
                     let wait = rng.below(3) != 0;
-                    match m.acquire(now, s, request, lock, owner, wait, delay) {
+                    match m.acquire(now, Acquire { wait, lock_delay: delay, ..cmd(s, request, lock, owner) }) {
                         Ok(AcquireOutcome::Granted(t)) => answered_grant = Some((lock, s, t)),
                         Ok(AcquireOutcome::Busy) => {
                             assert!(!wait, "{ctx}: Busy for a waiting acquire")
@@ -1105,6 +1172,7 @@ fn random_operation_sequences_keep_the_invariants() {
                         Err(Refusal::SessionExpired) => slots[slot] = None,
                         Err(Refusal::Invalid(_)) => {} // e.g. a request id still queued on another lock
                         Err(e) => panic!("{ctx}: acquire refused: {e}"),
+                        Ok(other) => panic!("{ctx}: unexpected answer {other:?}"),
                     }
                 }
                 (45..=64, Some(s)) => {
@@ -1130,7 +1198,7 @@ fn random_operation_sequences_keep_the_invariants() {
                         }
                         _ => (last.get(name).copied().unwrap_or(0), owner.to_string(), false),
                     };
-                    let ok = m.release(now, s, name, &who, tok);
+                    let ok = m.release(now, rel(s, name, &who, tok));
                     assert_eq!(ok, expect, "{ctx}: release({name}, {who}, {tok})");
                 }
                 (65..=74, Some(s)) => {
@@ -1200,6 +1268,7 @@ fn random_operation_sequences_keep_the_invariants() {
                         assert!(dead.contains(&session), "{ctx}");
                         expiries += 1;
                     }
+                    other => panic!("{ctx}: unexpected effect {other:?}"),
                 }
             }
 

@@ -3,6 +3,17 @@
 //! persists the [`Record`]s it emits and delivers the [`Effect`]s; the same machine can later be
 //! the state machine of a Raft group unchanged.
 //!
+//! # One implementation of every state change
+//! A command ([`Machine::acquire`], [`Machine::release`], [`Machine::close`], an expiry in
+//! [`Machine::tick`], …) decides what happens: who is granted, with which token, which hold
+//! ends. It then describes each change as a [`Record`] and hands it to [`Machine::apply`], the
+//! only code that changes holders, counters and sessions; the record goes on to the log.
+//! [`Machine::restore`] replays a log through that same `apply`, so a restored machine is
+//! exactly the one that wrote the log, and a replicated log can later drive followers the same
+//! way. What no log keeps (queued waiters, keep-alives, the end of a lock-delay) changes state
+//! directly: after a restart clients re-send their waits, every session gets a full TTL, and a
+//! lock-delay runs again from the restart (later is safer).
+//!
 //! Invariants kept by every method:
 //! - a lock with no holder and no running lock-delay has no waiters (a free lock is granted to
 //!   the head of the queue at once);
@@ -14,14 +25,27 @@
 //! period, as Chubby does), or only reserved token blocks and the longest lease in use
 //! (`Leases`: nothing is known about holders after a restart, so every lock ever granted stays
 //! unavailable until every lease of the previous run has certainly expired — DESIGN.md §4).
+//!
+//! Files: `command.rs` (typed inputs), `record.rs` (the log's vocabulary), `apply.rs` (the one
+//! implementation of recorded changes), `restore.rs` (replay, the restart policy, snapshots).
 
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
+mod apply;
+mod command;
+mod record;
+mod restore;
+
+pub use command::{Acquire, InvalidOwner, Owner, Release};
+/// Lock names, validated by `locksmith-core` (the same rules on every backend).
+pub use locksmith_core::LockName;
+pub use record::Record;
+
 /// Session id: `epoch << 32 | n`, unique across restarts (see [`Record::Boot`]).
 pub type SessionId = u64;
 
-/// Server limits, validated on every request.
+/// Server limits, checked by the machine on every request.
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Smallest session TTL.
@@ -30,6 +54,8 @@ pub struct Limits {
     pub max_ttl: Duration,
     /// Largest lock-delay.
     pub max_lock_delay: Duration,
+    /// Longest owner id, in bytes.
+    pub max_owner_len: usize,
     /// Waiters queued on one lock.
     pub max_waiters_per_lock: usize,
     /// Live sessions on the server.
@@ -37,11 +63,14 @@ pub struct Limits {
 }
 
 impl Default for Limits {
+    /// The limits every locksmith client checks too (`locksmith_core`'s TTL range, lock-delay
+    /// and owner maximums), so a request a client accepted is never refused here for its size.
     fn default() -> Self {
         Self {
             min_ttl: locksmith_core::MIN_TTL,
             max_ttl: locksmith_core::MAX_TTL,
             max_lock_delay: locksmith_core::MAX_LOCK_DELAY,
+            max_owner_len: locksmith_core::MAX_OWNER_LEN,
             max_waiters_per_lock: 100_000,
             max_sessions: 100_000,
         }
@@ -54,6 +83,7 @@ pub const RESERVE_BLOCK: u64 = 1024;
 
 /// What must be durable before a client hears of a grant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Durability {
     /// Every grant: each hand-off waits for a log sync (shared by concurrent grants); after a
     /// restart, sessions and their holds are restored and get one TTL to reconnect.
@@ -65,87 +95,9 @@ pub enum Durability {
     Leases,
 }
 
-/// What the machine wants persisted, in order. `Grant` must be durable before the grantee
-/// hears of it; the rest may be written lazily (losing them on a crash only delays a release
-/// until the restored session expires, it never creates a second holder).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Record {
-    /// A new boot; session ids carry this epoch.
-    Boot {
-        /// The epoch.
-        epoch: u64,
-    },
-    /// A session was opened.
-    Session {
-        /// Its id.
-        id: SessionId,
-        /// Its TTL.
-        ttl: Duration,
-    },
-    /// A lock was granted.
-    Grant {
-        /// Lock name.
-        name: String,
-        /// Holder session.
-        session: SessionId,
-        /// Holder owner id.
-        owner: String,
-        /// Fencing token.
-        token: u64,
-        /// Lock-delay to apply if the session expires while holding.
-        lock_delay: Duration,
-    },
-    /// The hold with this token was released (`delay` > 0 when freed by expiry with lock-delay).
-    Release {
-        /// Lock name.
-        name: String,
-        /// The hold's token.
-        token: u64,
-        /// Lock-delay that started.
-        delay: Duration,
-    },
-    /// A session ended (closed or expired).
-    SessionEnd {
-        /// Its id.
-        id: SessionId,
-    },
-    /// [`Durability::Leases`]: tokens up to `upto` may have been issued on `name`; after a
-    /// restart its counter continues above.
-    Reserve {
-        /// Lock name.
-        name: String,
-        /// Highest token that may have been issued.
-        upto: u64,
-    },
-    /// [`Durability::Leases`]: the longest session TTL and lock-delay granted so far, i.e. how
-    /// long after a restart a lease of the previous run may still be trusted by its client.
-    Horizon {
-        /// Longest session TTL.
-        ttl: Duration,
-        /// Longest lock-delay.
-        lock_delay: Duration,
-    },
-    /// Snapshot only: the fencing counter of a lock that has no holder, and the lock-delay
-    /// still to run on it.
-    Counter {
-        /// Lock name.
-        name: String,
-        /// Last token issued.
-        token: u64,
-        /// Lock-delay left.
-        delay: Duration,
-    },
-}
-
-impl Record {
-    /// Whether the record must be on disk before the effects that follow it are delivered.
-    pub fn needs_sync(&self) -> bool {
-        matches!(self, Record::Grant { .. } | Record::Boot { .. } | Record::Reserve { .. } | Record::Horizon { .. })
-    }
-}
-
 /// Something the service must deliver to a session (after the records before it are durable).
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Effect {
     /// A queued acquire (message id `request`) was granted.
     Granted {
@@ -165,6 +117,7 @@ pub enum Effect {
 
 /// Answer to an acquire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AcquireOutcome {
     /// Granted now.
     Granted(u64),
@@ -176,6 +129,7 @@ pub enum AcquireOutcome {
 
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum Refusal {
     /// Unknown or expired session.
     #[error("session expired")]
@@ -226,6 +180,7 @@ struct Lock {
 
 /// A lock's state for introspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct LockView {
     /// Lock name.
     pub name: String,
@@ -247,6 +202,9 @@ pub struct Machine {
     /// Longest (TTL, lock-delay) recorded in [`Record::Horizon`].
     horizon: (Duration, Duration),
     epoch: u64,
+    /// Highest epoch any applied record names (a `Boot`, or a session id's high half): a
+    /// restore starts the epoch after it.
+    seen_epoch: u64,
     next_session: u64,
     sessions: HashMap<SessionId, Session>,
     /// Expiry index: (deadline, session).
@@ -266,6 +224,7 @@ impl Machine {
             durability: Durability::Grants,
             horizon: (Duration::ZERO, Duration::ZERO),
             epoch,
+            seen_epoch: 0,
             next_session: 1,
             sessions: HashMap::new(),
             deadlines: BTreeSet::new(),
@@ -274,175 +233,6 @@ impl Machine {
             records: Vec::new(),
             effects: Vec::new(),
         }
-    }
-
-    /// Rebuilds state from persisted records at `now` in a new boot. Restored sessions keep
-    /// their holds and get one full TTL from `now` to reconnect (their clients stopped trusting
-    /// their holds at most one TTL after their last renewal, which came before the crash, so
-    /// nobody else can be granted their locks while they may still act on them). Waiters are not
-    /// restored: clients re-send them when they resume. Emits the records of a snapshot of the
-    /// restored state (starting with the new `Boot`) for the caller to write as the new log.
-    pub fn restore(limits: Limits, records: impl IntoIterator<Item = Record>, now: Instant) -> Self {
-        Self::restore_with(limits, Durability::Grants, records, now)
-    }
-
-    /// [`Machine::restore`] in a chosen [`Durability`]. Whatever mode wrote the log: if grants
-    /// of the previous run may be missing from it (it was a `Leases` run), or this run will
-    /// not keep the restored holders (`Leases`), every lock ever granted stays unavailable
-    /// until the longest lease (+ lock-delay) of the previous run has passed from `now`.
-    pub fn restore_with(
-        limits: Limits,
-        durability: Durability,
-        records: impl IntoIterator<Item = Record>,
-        now: Instant,
-    ) -> Self {
-        let mut m = Self::new(limits, 1);
-        m.durability = durability;
-        let mut leases_log = false;
-        let mut max_epoch = 0;
-        for r in records {
-            match r {
-                Record::Boot { epoch } => max_epoch = max_epoch.max(epoch),
-                Record::Session { id, ttl } => {
-                    max_epoch = max_epoch.max(id >> 32);
-                    m.sessions.insert(id, Session { ttl, deadline: now, holds: HashSet::new(), waits: HashMap::new() });
-                }
-                Record::Grant { name, session, owner, token, lock_delay } => {
-                    let lock = m.locks.entry(name.clone()).or_default();
-                    lock.counter = lock.counter.max(token);
-                    // A lock is only granted once its lock-delay is over.
-                    lock.delay_until = None;
-                    if m.sessions.contains_key(&session) {
-                        if let Some(old) = lock.holder.take() {
-                            if let Some(os) = m.sessions.get_mut(&old.session) {
-                                os.holds.remove(&name);
-                            }
-                        }
-                        lock.holder = Some(Holder { session, owner, token, lock_delay });
-                        if let Some(s) = m.sessions.get_mut(&session) {
-                            s.holds.insert(name);
-                        }
-                    }
-                }
-                Record::Release { name, token, delay } => {
-                    let lock = m.locks.entry(name.clone()).or_default();
-                    lock.counter = lock.counter.max(token);
-                    if lock.holder.as_ref().is_some_and(|h| h.token == token) {
-                        if let Some(h) = lock.holder.take() {
-                            if let Some(s) = m.sessions.get_mut(&h.session) {
-                                s.holds.remove(&name);
-                            }
-                        }
-                        if !delay.is_zero() {
-                            // We do not know when it started: count it from now (later is safer).
-                            lock.delay_until = Some(now + delay);
-                        }
-                    }
-                }
-                Record::SessionEnd { id } => {
-                    if let Some(s) = m.sessions.remove(&id) {
-                        for name in s.holds {
-                            if let Some(lock) = m.locks.get_mut(&name) {
-                                if lock.holder.as_ref().is_some_and(|h| h.session == id) {
-                                    lock.holder = None;
-                                }
-                            }
-                        }
-                    }
-                }
-                Record::Counter { name, token, delay } => {
-                    let lock = m.locks.entry(name).or_default();
-                    lock.counter = lock.counter.max(token);
-                    if !delay.is_zero() {
-                        lock.delay_until = Some(now + delay);
-                    }
-                }
-                Record::Reserve { name, upto } => {
-                    leases_log = true;
-                    let lock = m.locks.entry(name).or_default();
-                    lock.counter = lock.counter.max(upto);
-                }
-                Record::Horizon { ttl, lock_delay } => {
-                    leases_log = true;
-                    m.horizon = (m.horizon.0.max(ttl), m.horizon.1.max(lock_delay));
-                }
-            }
-        }
-        m.epoch = max_epoch + 1;
-        if durability == Durability::Leases {
-            // Restored holders will not be kept: their clients may trust them for one more TTL
-            // (+ lock-delay if they expire), which the quiet period below must cover.
-            for s in m.sessions.values() {
-                m.horizon.0 = m.horizon.0.max(s.ttl);
-            }
-            for lock in m.locks.values_mut() {
-                if let Some(h) = lock.holder.take() {
-                    m.horizon.1 = m.horizon.1.max(h.lock_delay);
-                }
-            }
-            m.sessions.clear();
-        }
-        if leases_log || durability == Durability::Leases {
-            let quiet = m.horizon.0 + m.horizon.1;
-            if !quiet.is_zero() {
-                for lock in m.locks.values_mut().filter(|l| l.counter > 0 && l.holder.is_none()) {
-                    lock.delay_until = Some(lock.delay_until.map_or(now + quiet, |t| t.max(now + quiet)));
-                }
-            }
-        }
-        for lock in m.locks.values_mut() {
-            lock.reserved = lock.counter;
-        }
-        for (id, s) in m.sessions.iter_mut() {
-            s.deadline = now + s.ttl;
-            m.deadlines.insert((s.deadline, *id));
-        }
-        for (name, lock) in &m.locks {
-            if let Some(until) = lock.delay_until {
-                m.delays.insert((until, name.clone()));
-            }
-        }
-        m.records = m.snapshot(now);
-        m
-    }
-
-    /// The current state at `now` as records (a compacted log), starting with this boot's epoch.
-    pub fn snapshot(&self, now: Instant) -> Vec<Record> {
-        let mut out = vec![Record::Boot { epoch: self.epoch }];
-        if self.durability == Durability::Leases {
-            if self.horizon != (Duration::ZERO, Duration::ZERO) {
-                out.push(Record::Horizon { ttl: self.horizon.0, lock_delay: self.horizon.1 });
-            }
-            for (name, lock) in &self.locks {
-                out.push(Record::Counter {
-                    name: name.clone(),
-                    // Tokens up to the reservation may be out there: continue above it.
-                    token: lock.counter.max(lock.reserved),
-                    delay: lock.delay_until.map(|t| t.saturating_duration_since(now)).unwrap_or_default(),
-                });
-            }
-            return out;
-        }
-        for (id, s) in &self.sessions {
-            out.push(Record::Session { id: *id, ttl: s.ttl });
-        }
-        for (name, lock) in &self.locks {
-            match &lock.holder {
-                Some(h) => out.push(Record::Grant {
-                    name: name.clone(),
-                    session: h.session,
-                    owner: h.owner.clone(),
-                    token: h.token,
-                    lock_delay: h.lock_delay,
-                }),
-                None => out.push(Record::Counter {
-                    name: name.clone(),
-                    token: lock.counter,
-                    delay: lock.delay_until.map(|t| t.saturating_duration_since(now)).unwrap_or_default(),
-                }),
-            }
-        }
-        out
     }
 
     /// This boot's epoch.
@@ -498,13 +288,9 @@ impl Machine {
         }
         let id = (self.epoch << 32) | (self.next_session & 0xffff_ffff);
         self.next_session += 1;
-        let deadline = now + ttl;
-        self.sessions.insert(id, Session { ttl, deadline, holds: HashSet::new(), waits: HashMap::new() });
-        self.deadlines.insert((deadline, id));
-        self.log(Record::Session { id, ttl });
+        self.emit(now, Record::Session { id, ttl });
         if self.durability == Durability::Leases && ttl > self.horizon.0 {
-            self.horizon.0 = ttl;
-            self.records.push(Record::Horizon { ttl, lock_delay: self.horizon.1 });
+            self.emit(now, Record::Horizon { ttl, lock_delay: self.horizon.1 });
         }
         Ok((id, ttl))
     }
@@ -522,42 +308,46 @@ impl Machine {
         Ok(())
     }
 
-    /// Acquires `name` for `(session, owner)`, queueing request `request` if `wait`.
+    /// Acquires `cmd.name` for `(cmd.session, cmd.owner)`: granted at once when the lock is
+    /// free (or already ours), otherwise busy, or queued as `cmd.request` if `cmd.wait`.
     ///
     /// # Errors
-    /// Expired session, bad lock-delay, or a full queue.
-    #[allow(clippy::too_many_arguments)]
-    pub fn acquire(
-        &mut self,
-        now: Instant,
-        session: SessionId,
-        request: u64,
-        name: &str,
-        owner: &str,
-        wait: bool,
-        lock_delay: Duration,
-    ) -> Result<AcquireOutcome, Refusal> {
+    /// Expired session, a lock-delay or owner id above the limits, or a full queue.
+    pub fn acquire(&mut self, now: Instant, cmd: Acquire) -> Result<AcquireOutcome, Refusal> {
         self.expire_due(now);
+        let Acquire { session, request, name, owner, wait, lock_delay } = cmd;
         if !self.sessions.contains_key(&session) {
             return Err(Refusal::SessionExpired);
         }
         if lock_delay > self.limits.max_lock_delay {
             return Err(Refusal::Invalid(format!("lock delay {lock_delay:?} above {:?}", self.limits.max_lock_delay)));
         }
-        if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
-            self.horizon.1 = lock_delay;
-            self.records.push(Record::Horizon { ttl: self.horizon.0, lock_delay });
+        if owner.as_str().len() > self.limits.max_owner_len {
+            return Err(Refusal::Invalid(format!(
+                "owner id is {} bytes, the maximum is {}",
+                owner.as_str().len(),
+                self.limits.max_owner_len
+            )));
         }
+        if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
+            self.emit(now, Record::Horizon { ttl: self.horizon.0, lock_delay });
+        }
+        let name = name.as_str();
         let max_waiters = self.limits.max_waiters_per_lock;
-        let lock = self.locks.entry(name.to_string()).or_default();
+        let Some(lock) = self.locks.get_mut(name) else {
+            // Never granted (or forgotten while idle): free.
+            let token = self.grant(now, name, (0, 0), session, owner.into_string(), lock_delay);
+            return Ok(AcquireOutcome::Granted(token));
+        };
         if let Some(h) = &lock.holder {
-            if h.session == session && h.owner == owner {
+            if h.session == session && h.owner == owner.as_str() {
                 // Idempotent: a retried or resumed acquire of our own hold.
                 return Ok(AcquireOutcome::Granted(h.token));
             }
         }
         if lock.holder.is_none() && lock.waiters.is_empty() && lock.delay_until.is_none() {
-            let token = self.grant(name, session, owner.to_string(), lock_delay);
+            let last = (lock.counter, lock.reserved);
+            let token = self.grant(now, name, last, session, owner.into_string(), lock_delay);
             return Ok(AcquireOutcome::Granted(token));
         }
         if !wait {
@@ -573,27 +363,27 @@ impl Machine {
         if lock.waiters.len() >= max_waiters {
             return Err(Refusal::Limit(format!("{max_waiters} waiters on lock {name:?}")));
         }
-        lock.waiters.push_back(Waiter { session, request, owner: owner.to_string(), lock_delay });
+        lock.waiters.push_back(Waiter { session, request, owner: owner.into_string(), lock_delay });
         if let Some(s) = self.sessions.get_mut(&session) {
-            s.waits.insert(request, name.to_string());
+            s.waits.insert(request, name.to_owned());
         }
         Ok(AcquireOutcome::Queued)
     }
 
-    /// Releases `(session, owner, token)` on `name`; hands the lock to the next waiter.
-    /// Returns whether that hold existed. Never touches anyone else's hold.
-    pub fn release(&mut self, now: Instant, session: SessionId, name: &str, owner: &str, token: u64) -> bool {
+    /// Releases the hold `(cmd.session, cmd.owner, cmd.token)` on `cmd.name` and hands the lock
+    /// to the next waiter. Returns whether that hold existed. Never touches anyone else's hold.
+    pub fn release(&mut self, now: Instant, cmd: Release) -> bool {
         self.expire_due(now);
-        let Some(lock) = self.locks.get_mut(name) else { return false };
-        let ours = lock.holder.as_ref().is_some_and(|h| h.session == session && h.owner == owner && h.token == token);
+        let name = cmd.name.as_str();
+        let Some(lock) = self.locks.get(name) else { return false };
+        let ours = lock
+            .holder
+            .as_ref()
+            .is_some_and(|h| h.session == cmd.session && h.owner == cmd.owner.as_str() && h.token == cmd.token);
         if !ours {
             return false;
         }
-        lock.holder = None;
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.holds.remove(name);
-        }
-        self.log(Record::Release { name: name.to_string(), token, delay: Duration::ZERO });
+        self.emit(now, Record::Release { name: name.to_owned(), token: cmd.token, delay: Duration::ZERO });
         self.grant_next(now, name);
         true
     }
@@ -605,10 +395,7 @@ impl Machine {
         let Some(name) = self.sessions.get_mut(&session).and_then(|s| s.waits.remove(&request)) else {
             return false;
         };
-        if let Some(lock) = self.locks.get_mut(&name) {
-            lock.waiters.retain(|w| !(w.session == session && w.request == request));
-        }
-        self.forget_if_idle(&name);
+        self.drop_waiter(session, request, &name);
         true
     }
 
@@ -655,19 +442,34 @@ impl Machine {
         self.sessions.get(&id).map(|s| s.deadline.saturating_duration_since(now))
     }
 
-    fn grant(&mut self, name: &str, session: SessionId, owner: String, lock_delay: Duration) -> u64 {
-        let lock = self.locks.entry(name.to_string()).or_default();
-        lock.counter += 1;
-        let token = lock.counter;
-        lock.holder = Some(Holder { session, owner: owner.clone(), token, lock_delay });
-        if self.durability == Durability::Leases && token > lock.reserved {
-            lock.reserved = token + RESERVE_BLOCK - 1;
-            self.records.push(Record::Reserve { name: name.to_string(), upto: lock.reserved });
+    /// Applies a change this machine decided and keeps its record for the log (unless the
+    /// durability mode does not store that kind).
+    fn emit(&mut self, now: Instant, record: Record) {
+        self.apply(now, &record);
+        if record.is_kept_in(self.durability) {
+            self.records.push(record);
         }
-        if let Some(s) = self.sessions.get_mut(&session) {
-            s.holds.insert(name.to_string());
+    }
+
+    /// Grants a free `name` to `(session, owner)` with the next token; returns the token.
+    /// `last` is the lock's `(counter, reserved)` (zeros for a lock never granted), passed by
+    /// the caller that has just looked the lock up.
+    fn grant(
+        &mut self,
+        now: Instant,
+        name: &str,
+        last: (u64, u64),
+        session: SessionId,
+        owner: String,
+        lock_delay: Duration,
+    ) -> u64 {
+        let (counter, reserved) = last;
+        let token = counter + 1;
+        if self.durability == Durability::Leases && token > reserved {
+            // Synced before the grant is answered: a restart continues above the block.
+            self.emit(now, Record::Reserve { name: name.to_owned(), upto: token + RESERVE_BLOCK - 1 });
         }
-        self.log(Record::Grant { name: name.to_string(), session, owner, token, lock_delay });
+        self.emit(now, Record::Grant { name: name.to_owned(), session, owner, token, lock_delay });
         token
     }
 
@@ -681,10 +483,11 @@ impl Machine {
             self.forget_if_idle(name);
             return;
         };
+        let last = (lock.counter, lock.reserved);
         if let Some(s) = self.sessions.get_mut(&w.session) {
             s.waits.remove(&w.request);
         }
-        let token = self.grant(name, w.session, w.owner, w.lock_delay);
+        let token = self.grant(now, name, last, w.session, w.owner, w.lock_delay);
         self.effects.push(Effect::Granted { session: w.session, request: w.request, token });
     }
 
@@ -693,6 +496,9 @@ impl Machine {
             if deadline > now {
                 break;
             }
+            // Popped here, not only by the session's end: an index entry without a session
+            // must not stop the loop.
+            self.deadlines.pop_first();
             self.end_session(now, id, true);
             self.effects.push(Effect::Expired { session: id });
         }
@@ -710,40 +516,35 @@ impl Machine {
         }
     }
 
+    /// Ends a session: drops its waiters, releases each hold (starting its lock-delay if it
+    /// `expired`) and hands it on, then records the end.
     fn end_session(&mut self, now: Instant, id: SessionId, expired: bool) {
-        let Some(s) = self.sessions.remove(&id) else { return };
-        self.deadlines.remove(&(s.deadline, id));
-        for (request, name) in s.waits {
-            if let Some(lock) = self.locks.get_mut(&name) {
-                lock.waiters.retain(|w| !(w.session == id && w.request == request));
-            }
-            self.forget_if_idle(&name);
+        let Some(s) = self.sessions.get_mut(&id) else { return };
+        let waits = std::mem::take(&mut s.waits);
+        let holds = std::mem::take(&mut s.holds);
+        // Waiters first: the hand-offs below must not go to this session.
+        for (request, name) in waits {
+            self.drop_waiter(id, request, &name);
         }
-        for name in s.holds {
-            let Some(lock) = self.locks.get_mut(&name) else { continue };
-            let Some(h) = lock.holder.take_if(|h| h.session == id) else { continue };
+        for name in holds {
+            let Some(h) = self.locks.get(&name).and_then(|l| l.holder.as_ref()).filter(|h| h.session == id) else {
+                continue;
+            };
             let delay = if expired { h.lock_delay } else { Duration::ZERO };
-            if !delay.is_zero() {
-                let until = now + delay;
-                lock.delay_until = Some(until);
-                self.delays.insert((until, name.clone()));
-            }
-            self.log(Record::Release { name: name.clone(), token: h.token, delay });
+            let token = h.token;
+            self.emit(now, Record::Release { name: name.clone(), token, delay });
             self.grant_next(now, &name);
         }
-        self.log(Record::SessionEnd { id });
+        // Also drops the deadline (for an expiry, the one that ended it).
+        self.emit(now, Record::SessionEnd { id });
     }
 
-    /// Emits a record unless the durability mode does not keep that kind: `Leases` keeps no
-    /// sessions, holders or releases (it never restores them).
-    fn log(&mut self, r: Record) {
-        let kept = match self.durability {
-            Durability::Grants => true,
-            Durability::Leases => matches!(r, Record::Boot { .. } | Record::Reserve { .. } | Record::Horizon { .. }),
-        };
-        if kept {
-            self.records.push(r);
+    /// Removes the queued acquire `(session, request)` from `name`'s queue.
+    fn drop_waiter(&mut self, session: SessionId, request: u64, name: &str) {
+        if let Some(lock) = self.locks.get_mut(name) {
+            lock.waiters.retain(|w| !(w.session == session && w.request == request));
         }
+        self.forget_if_idle(name);
     }
 
     /// Keeps the map small: a lock with nothing going on is forgotten unless its counter must be

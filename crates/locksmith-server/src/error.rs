@@ -1,0 +1,88 @@
+//! Why the server cannot start or cannot go on. A request a client got wrong is not an error
+//! here: it is answered on its stream ([`Refusal`](crate::machine::Refusal),
+//! [`Invalid`](crate::pb_impl::Invalid)) and the server carries on.
+
+use std::path::PathBuf;
+
+/// What stops the server (`locksmith serve` exits with it).
+///
+/// The messages are the ones `locksmith serve` printed before this type existed, when these
+/// failures travelled as the client's `locksmith_core::Error` (hence the `i/o error:` prefix on
+/// everything but corruption); the `From<ServerError>` impl for that type gives the same values
+/// as then.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// The data directory's log does not check out (not a torn last write): nothing was changed,
+    /// so an operator can inspect or restore it.
+    #[error("data directory is corrupt: {0}")]
+    Corrupt(String),
+    /// Another server holds the data directory's lock file.
+    #[error("i/o error: data directory {} is in use by another locksmith server", .0.display())]
+    InUse(PathBuf),
+    /// The write-ahead log writer failed (the cause was logged when it happened): no further
+    /// grant can be made durable, so none is acknowledged.
+    #[error("i/o error: write-ahead log writer has stopped")]
+    WriterStopped,
+    /// The lock service has stopped; it answers no more requests.
+    #[error("lock service stopped")]
+    Stopped,
+    /// The lock service task or the log writer thread ended abnormally (a panic, or an end
+    /// nobody asked for).
+    #[error("i/o error: {0}")]
+    Failed(String),
+    /// The gRPC transport failed.
+    #[error("i/o error: {0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// I/O on the data directory.
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// For code that reports in the client's error type, e.g. the `memory://` driver: corruption
+/// stays [`Corrupt`](locksmith_core::Error::Corrupt), a stopped service is
+/// [`Unavailable`](locksmith_core::Error::Unavailable), everything else is
+/// [`Io`](locksmith_core::Error::Io) with the same message as [`ServerError`]'s.
+impl From<ServerError> for locksmith_core::Error {
+    fn from(e: ServerError) -> Self {
+        use locksmith_core::Error;
+        let other = |m: String| Error::Io(std::io::Error::other(m));
+        match e {
+            ServerError::Corrupt(m) => Error::Corrupt(m),
+            ServerError::InUse(path) => {
+                other(format!("data directory {} is in use by another locksmith server", path.display()))
+            }
+            ServerError::WriterStopped => other("write-ahead log writer has stopped".into()),
+            ServerError::Stopped => {
+                Error::Unavailable { backend: "locksmith".into(), message: "lock service stopped".into() }
+            }
+            ServerError::Failed(m) => other(m),
+            ServerError::Transport(e) => Error::Io(std::io::Error::other(e)),
+            ServerError::Io(e) => Error::Io(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each failure converts to the client error it used to be, with the same message.
+    #[test]
+    fn converts_to_the_client_error_with_the_same_message() {
+        let cases = [
+            ServerError::Corrupt("wal: bad header".into()),
+            ServerError::InUse(PathBuf::from("/data")),
+            ServerError::WriterStopped,
+            ServerError::Failed("lock service did not stop in 10 s".into()),
+            ServerError::Io(std::io::Error::other("disk full")),
+        ];
+        for e in cases {
+            let text = e.to_string();
+            assert_eq!(locksmith_core::Error::from(e).to_string(), text);
+        }
+        let stopped = locksmith_core::Error::from(ServerError::Stopped);
+        assert!(matches!(stopped, locksmith_core::Error::Unavailable { .. }), "{stopped:?}");
+        assert_eq!(stopped.to_string(), "backend locksmith unavailable: lock service stopped");
+    }
+}

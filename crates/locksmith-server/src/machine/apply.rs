@@ -1,0 +1,122 @@
+//! [`Machine::apply`]: the one implementation of every recorded state change. The live path
+//! calls it for each record a command emits; [`Machine::restore`] calls it for each record of
+//! the log. Nothing here decides anything (tokens, who is next, whether a delay starts): the
+//! record says it, so applying the same records gives the same state.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::time::Instant;
+
+use super::{Holder, Lock, Machine, Record, Session};
+
+impl Machine {
+    /// Applies one record at `now`: the change it describes, and nothing else (no hand-off, no
+    /// effect, no record). Durations in a record count from `now`: a session's deadline
+    /// (`now + ttl`), a lock-delay (`now + delay`); on replay `now` is the restart, which
+    /// gives restored sessions a full TTL and lock-delays their full length again (later is
+    /// safer: the log does not say when they began).
+    ///
+    /// Records that do not fit the current state are applied as far as they are safe: a
+    /// counter only grows, a grant to an unknown session only moves the counter, a release of
+    /// a hold that is not there (or no longer) changes nothing else.
+    pub fn apply(&mut self, now: Instant, record: &Record) {
+        match record {
+            Record::Boot { epoch } => self.seen_epoch = self.seen_epoch.max(*epoch),
+            Record::Session { id, ttl } => {
+                self.seen_epoch = self.seen_epoch.max(id >> 32);
+                let deadline = now + *ttl;
+                let s = self.sessions.entry(*id).or_insert_with(|| Session {
+                    ttl: *ttl,
+                    deadline,
+                    holds: HashSet::new(),
+                    waits: HashMap::new(),
+                });
+                self.deadlines.remove(&(s.deadline, *id));
+                s.ttl = *ttl;
+                s.deadline = deadline;
+                self.deadlines.insert((deadline, *id));
+            }
+            Record::Grant { name, session, owner, token, lock_delay } => {
+                let lock = match self.locks.get_mut(name) {
+                    Some(lock) => lock,
+                    None => self.locks.entry(name.clone()).or_default(),
+                };
+                lock.counter = lock.counter.max(*token);
+                // A lock is granted only once its lock-delay is over.
+                set_delay(&mut self.delays, lock, name, None);
+                let Some(s) = self.sessions.get_mut(session) else { return };
+                s.holds.insert(name.clone());
+                let holder = Holder { session: *session, owner: owner.clone(), token: *token, lock_delay: *lock_delay };
+                if let Some(old) = lock.holder.replace(holder) {
+                    // Not on the live path (a hold is released before it is granted again).
+                    if old.session != *session {
+                        if let Some(s) = self.sessions.get_mut(&old.session) {
+                            s.holds.remove(name);
+                        }
+                    }
+                }
+            }
+            Record::Release { name, token, delay } => {
+                let lock = match self.locks.get_mut(name) {
+                    Some(lock) => lock,
+                    None => self.locks.entry(name.clone()).or_default(),
+                };
+                lock.counter = lock.counter.max(*token);
+                let Some(h) = lock.holder.take_if(|h| h.token == *token) else { return };
+                if let Some(s) = self.sessions.get_mut(&h.session) {
+                    s.holds.remove(name);
+                }
+                if !delay.is_zero() {
+                    set_delay(&mut self.delays, lock, name, Some(now + *delay));
+                }
+            }
+            Record::SessionEnd { id } => {
+                let Some(s) = self.sessions.remove(id) else { return };
+                self.deadlines.remove(&(s.deadline, *id));
+                for (request, name) in s.waits {
+                    self.drop_waiter(*id, request, &name);
+                }
+                // Holds the log did not release one by one (the live path releases each first,
+                // so this finds none there).
+                for name in s.holds {
+                    if let Some(lock) = self.locks.get_mut(&name) {
+                        lock.holder.take_if(|h| h.session == *id);
+                    }
+                }
+            }
+            Record::Counter { name, token, delay } => {
+                let lock = match self.locks.get_mut(name) {
+                    Some(lock) => lock,
+                    None => self.locks.entry(name.clone()).or_default(),
+                };
+                lock.counter = lock.counter.max(*token);
+                if !delay.is_zero() {
+                    set_delay(&mut self.delays, lock, name, Some(now + *delay));
+                }
+            }
+            Record::Reserve { name, upto } => {
+                let lock = match self.locks.get_mut(name) {
+                    Some(lock) => lock,
+                    None => self.locks.entry(name.clone()).or_default(),
+                };
+                lock.reserved = lock.reserved.max(*upto);
+            }
+            Record::Horizon { ttl, lock_delay } => {
+                self.horizon = (self.horizon.0.max(*ttl), self.horizon.1.max(*lock_delay));
+            }
+        }
+    }
+}
+
+/// Sets (or ends) the lock-delay of the lock `name`, keeping the index in step.
+pub(super) fn set_delay(delays: &mut BTreeSet<(Instant, String)>, lock: &mut Lock, name: &str, until: Option<Instant>) {
+    if lock.delay_until == until {
+        return;
+    }
+    if let Some(old) = lock.delay_until.take() {
+        delays.remove(&(old, name.to_owned()));
+    }
+    if let Some(t) = until {
+        delays.insert((t, name.to_owned()));
+    }
+    lock.delay_until = until;
+}

@@ -1,0 +1,120 @@
+//! Restarts: [`Machine::restore`] replays a log through [`Machine::apply`] and then applies the
+//! restart policy (a new epoch, what a durability mode may trust of the previous run);
+//! [`Machine::snapshot`] writes the current state as the records of a compacted log.
+
+use std::time::{Duration, Instant};
+
+use super::apply::set_delay;
+use super::{Durability, Limits, Machine, Record};
+
+impl Machine {
+    /// Rebuilds state from persisted records at `now` in a new boot. Restored sessions keep
+    /// their holds and get one full TTL from `now` to reconnect (their clients stopped trusting
+    /// their holds at most one TTL after their last renewal, which came before the crash, so
+    /// nobody else can be granted their locks while they may still act on them). Waiters are not
+    /// restored: clients re-send them when they resume. Emits the records of a snapshot of the
+    /// restored state (starting with the new `Boot`) for the caller to write as the new log.
+    pub fn restore(limits: Limits, records: impl IntoIterator<Item = Record>, now: Instant) -> Self {
+        Self::restore_with(limits, Durability::Grants, records, now)
+    }
+
+    /// [`Machine::restore`] in a chosen [`Durability`]. Whatever mode wrote the log: if grants
+    /// of the previous run may be missing from it (it was a `Leases` run), or this run will
+    /// not keep the restored holders (`Leases`), every lock ever granted stays unavailable
+    /// until the longest lease (+ lock-delay) of the previous run has passed from `now`.
+    pub fn restore_with(
+        limits: Limits,
+        durability: Durability,
+        records: impl IntoIterator<Item = Record>,
+        now: Instant,
+    ) -> Self {
+        let mut m = Self::new(limits, 0);
+        // Reservations and horizons are written only by `Leases` runs, whose grants are not in
+        // the log: the holders of that run are unknown.
+        let mut leases_log = false;
+        for r in records {
+            leases_log |= matches!(r, Record::Reserve { .. } | Record::Horizon { .. });
+            m.apply(now, &r);
+        }
+        m.start_boot(durability, leases_log, now);
+        m
+    }
+
+    /// Turns a replayed state into a new boot at `now`.
+    fn start_boot(&mut self, durability: Durability, leases_log: bool, now: Instant) {
+        self.durability = durability;
+        self.epoch = self.seen_epoch + 1;
+        if durability == Durability::Leases {
+            // Restored holders will not be kept: their clients may trust them for one more TTL
+            // (+ lock-delay if they expire), which the quiet period below must cover.
+            for s in self.sessions.values() {
+                self.horizon.0 = self.horizon.0.max(s.ttl);
+            }
+            for lock in self.locks.values_mut() {
+                if let Some(h) = lock.holder.take() {
+                    self.horizon.1 = self.horizon.1.max(h.lock_delay);
+                }
+            }
+            self.sessions.clear();
+            self.deadlines.clear();
+        }
+        // Tokens up to a reservation may have been seen: continue above it.
+        for lock in self.locks.values_mut() {
+            lock.counter = lock.counter.max(lock.reserved);
+        }
+        if leases_log || durability == Durability::Leases {
+            let quiet = self.horizon.0 + self.horizon.1;
+            if !quiet.is_zero() {
+                for (name, lock) in self.locks.iter_mut().filter(|(_, l)| l.counter > 0 && l.holder.is_none()) {
+                    let until = lock.delay_until.map_or(now + quiet, |t| t.max(now + quiet));
+                    set_delay(&mut self.delays, lock, name, Some(until));
+                }
+            }
+        }
+        // `Leases`: the next grant of every lock reserves a new block above the counter.
+        for lock in self.locks.values_mut() {
+            lock.reserved = lock.counter;
+        }
+        self.records = self.snapshot(now);
+    }
+
+    /// The current state at `now` as records (a compacted log), starting with this boot's epoch.
+    pub fn snapshot(&self, now: Instant) -> Vec<Record> {
+        let mut out = vec![Record::Boot { epoch: self.epoch }];
+        let delay_left = |until: Option<Instant>| until.map(|t| t.saturating_duration_since(now)).unwrap_or_default();
+        if self.durability == Durability::Leases {
+            if self.horizon != (Duration::ZERO, Duration::ZERO) {
+                out.push(Record::Horizon { ttl: self.horizon.0, lock_delay: self.horizon.1 });
+            }
+            for (name, lock) in &self.locks {
+                out.push(Record::Counter {
+                    name: name.clone(),
+                    // Tokens up to the reservation may be out there: continue above it.
+                    token: lock.counter.max(lock.reserved),
+                    delay: delay_left(lock.delay_until),
+                });
+            }
+            return out;
+        }
+        for (id, s) in &self.sessions {
+            out.push(Record::Session { id: *id, ttl: s.ttl });
+        }
+        for (name, lock) in &self.locks {
+            match &lock.holder {
+                Some(h) => out.push(Record::Grant {
+                    name: name.clone(),
+                    session: h.session,
+                    owner: h.owner.clone(),
+                    token: h.token,
+                    lock_delay: h.lock_delay,
+                }),
+                None => out.push(Record::Counter {
+                    name: name.clone(),
+                    token: lock.counter,
+                    delay: delay_left(lock.delay_until),
+                }),
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,99 @@
+//! The protobuf boundary: every conversion between the server's own types and the generated
+//! ones lives here, one file per conversion (openraft's `pb_impl` shape), so the rest of the
+//! server speaks only its own vocabulary.
+//!
+//! - `impl_client_message`: a [`ClientMessage`](locksmith_proto::ClientMessage) into a
+//!   validated [`Open`] or [`Request`], or [`Invalid`]: every name and owner is checked here,
+//!   once, on the connection's task (not on the single task that drives the machine), and the
+//!   machine receives typed commands it need not check again;
+//! - `impl_server_message`: answers and effects into `ServerMessage`s;
+//! - `impl_lock_info`: status requests and answers;
+//! - `impl_wal_record`: [`Record`](crate::machine::Record)s to and from the write-ahead log's
+//!   `locksmith.wal.v1` messages.
+//!
+//! What is checked where: the shape of each field here (a lock name's rules, an owner's
+//! characters, a message that cannot come now); everything the server's
+//! [`Limits`](crate::machine::Limits) bound (TTL, lock-delay, owner length, queue and session
+//! counts) and everything that depends on state (is the session alive?) by the machine.
+
+use std::time::Duration;
+
+use crate::machine::{InvalidOwner, LockName, Owner, SessionId};
+
+mod impl_client_message;
+mod impl_lock_info;
+mod impl_server_message;
+mod impl_wal_record;
+
+pub use impl_client_message::{decode_open, decode_request};
+pub(crate) use impl_lock_info::status_name;
+pub(crate) use impl_server_message::{effect_message, Reply};
+pub(crate) use impl_wal_record::{from_wal, to_wal};
+
+/// The first message of a session stream: open a session, or resume one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Open {
+    /// The session's TTL (ignored on resume: a session keeps its TTL).
+    pub ttl: Duration,
+    /// The session to resume after a reconnect or a server restart.
+    pub resume: Option<SessionId>,
+}
+
+/// Any later message of a session stream, decoded and validated; the stream's session and the
+/// message's id complete it into a machine command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Request {
+    /// Renew the session's lease.
+    KeepAlive,
+    /// Acquire a lock (see [`Acquire`](crate::machine::Acquire)).
+    Acquire {
+        /// The lock.
+        name: LockName,
+        /// The owner within the session.
+        owner: Owner,
+        /// Queue when the lock is not free.
+        wait: bool,
+        /// Lock-delay if the session expires while holding.
+        lock_delay: Duration,
+    },
+    /// Release a hold (see [`Release`](crate::machine::Release)).
+    Release {
+        /// The lock.
+        name: LockName,
+        /// The owner within the session.
+        owner: Owner,
+        /// The hold's fencing token.
+        token: u64,
+    },
+    /// Withdraw the queued acquire with this message id.
+    Cancel {
+        /// The acquire's message id.
+        request: u64,
+    },
+    /// End the session now and free its holds.
+    Close,
+}
+
+/// Why a client message was refused before it reached the machine. Answered with
+/// `INVALID_ARGUMENT` and this text; the stream and the session carry on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Invalid {
+    /// The message has no body.
+    #[error("empty message")]
+    Empty,
+    /// A stream's first message is not `open`.
+    #[error("the first message must be open")]
+    NotOpen,
+    /// `open` on a stream whose session is already open.
+    #[error("session already open on this stream")]
+    AlreadyOpen,
+    /// The lock name breaks the rules of `locksmith_core::LockName` (the reason says which).
+    #[error("invalid lock name: {0}")]
+    Name(String),
+    /// The owner id is empty or has a control character.
+    #[error(transparent)]
+    Owner(#[from] InvalidOwner),
+}

@@ -64,9 +64,7 @@ fn error(id: u64, code: Code, message: String) -> ServerMessage {
     ServerMessage { id, body: Some(Body::Error(locksmith_proto::Error { code: code as i32, message })) }
 }
 
-pub(super) fn ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
-}
+pub(super) use locksmith_core::driver::millis as ms;
 
 #[cfg(test)]
 mod tests {

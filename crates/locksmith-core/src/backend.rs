@@ -13,6 +13,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// The URL (without credentials) for messages and logs.
     fn describe(&self) -> String;
 
+    /// The URL scheme (`locksmith`, `redis`, `postgres`…): the `backend` label of metrics.
+    fn scheme(&self) -> &'static str;
+
     /// Whether grants carry safe fencing tokens (DESIGN.md §2.4). Backends that cannot give one
     /// (Redlock) return `false`; the engine then refuses to lock unless the caller opted in with
     /// [`LockOptions::allow_unfenced`](crate::LockOptions::allow_unfenced), and guards report
@@ -21,7 +24,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
         true
     }
 
-    /// Opens a session: a lease of `ttl` that the engine keeps alive.
+    /// Opens a session: a lease of `ttl` that the engine keeps alive. The session reports the
+    /// lease the backend actually granted ([`Session::lease`]).
     ///
     /// # Cancel safety
     /// Cancel safe: a session opened by a dropped call expires on the server after `ttl`.
@@ -102,6 +106,12 @@ impl LostHold {
 pub trait Session: Send + Sync + 'static {
     /// The session id as the backend names it.
     fn id(&self) -> String;
+
+    /// The lease the backend granted: what it waits without a keep-alive before it ends the
+    /// session (etcd rounds up to whole seconds, ZooKeeper negotiates a timeout, the native
+    /// server answers with its own). The engine renews and keeps its local deadline by the
+    /// shorter of this and the TTL asked for.
+    fn lease(&self) -> Duration;
 
     /// Renews the lease. `Err(Error::SessionExpired)` is definite; other errors are retried.
     ///

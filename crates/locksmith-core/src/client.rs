@@ -149,7 +149,7 @@ impl Client {
             Some(t) => tokio::time::timeout(t, fut).await.map_err(|_| Error::Timeout)??,
             None => fut.await?,
         };
-        guard.ok_or_else(|| Error::Protocol("backend answered busy to a waiting acquisition".into()))
+        guard.ok_or_else(|| Error::Internal("the driver answered busy to a waiting acquisition".into()))
     }
 
     /// Takes `name` if it is free right now; `Ok(None)` if someone else holds it. Never waits
@@ -250,16 +250,23 @@ impl Client {
         }
         let opened_at = Instant::now();
         let session = self.inner.backend.open_session(self.inner.ttl).await?;
-        let ctx = SessionCtx::start(session, self.inner.ttl, opened_at, self.lost_holds_hook());
+        // A backend that granted less than asked (a negotiated timeout) ends the session sooner:
+        // the deadline and the renewals follow the shorter lease. More than asked changes
+        // nothing: our promise to the caller is the TTL.
+        let lease = match session.lease() {
+            l if l.is_zero() => self.inner.ttl,
+            l => l.min(self.inner.ttl),
+        };
+        let ctx = SessionCtx::start(session, lease, opened_at, self.lost_holds_hook());
         *slot = Some(ctx.clone());
         Ok(ctx)
     }
 
     fn lost_holds_hook(&self) -> LostHolds {
         let slots = Arc::downgrade(&self.inner.slots);
-        let backend = self.inner.backend.describe();
+        let backend = self.inner.backend.scheme();
         Arc::new(move |lost: Vec<LostHold>| {
-            crate::metrics::lost(&backend, lost.len() as u64);
+            crate::metrics::lost(backend, lost.len() as u64);
             let Some(slots) = slots.upgrade() else { return };
             let Ok(map) = slots.lock() else { return };
             for report in lost {
@@ -401,7 +408,7 @@ impl Client {
         }
         let lost = Arc::new(watch::channel(false).0);
         *hold = Some(Hold { token, count: 1, lost: lost.clone(), ctx: ctx.clone() });
-        crate::metrics::grant(&self.inner.backend.describe());
+        crate::metrics::grant(self.inner.backend.scheme());
         Ok(Some(Guard::new(self.clone(), name, owner, token, lost, ctx, slot.clone())))
     }
 
@@ -431,7 +438,7 @@ impl Client {
                         h.lost.send_replace(true);
                         *hold = None;
                         if still_ours {
-                            crate::metrics::release(&self.inner.backend.describe());
+                            crate::metrics::release(self.inner.backend.scheme());
                             self.bounded(ctx.ttl, ctx.session.release(name, owner, token)).await
                         } else {
                             // Lost already: tidy up if the backend still has it, report not ours.

@@ -60,6 +60,10 @@ pub enum Error {
     /// The server answered something this client does not understand.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// An invariant of locksmith itself was broken (a bug, never the caller's input): a driver
+    /// answered what its contract rules out. Please report it.
+    #[error("internal error (a bug in locksmith): {0}")]
+    Internal(String),
     /// A backend-specific failure, with the backend named in the message.
     #[error("{0}")]
     Backend(String),

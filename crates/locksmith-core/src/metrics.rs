@@ -2,9 +2,9 @@
 //! any recorder (a Prometheus exporter, a test recorder…) and these counters appear; without
 //! one they cost a relaxed load.
 //!
-//! The names are constants so dashboards and the bench read the same strings. Engine counters
-//! carry a `backend` label with [`Backend::describe`](crate::Backend::describe); driver
-//! counters carry the driver's URL scheme.
+//! The names are constants so dashboards and the bench read the same strings. Every counter
+//! carries a `backend` label with the URL scheme ([`Backend::scheme`](crate::Backend::scheme)):
+//! a small, fixed set of values, never a host or a user name.
 //!
 //! ```
 //! // A driver's wait loop, after a notification or a poll interval, before it retries:
@@ -30,16 +30,16 @@ pub fn wakeup(scheme: &'static str) {
     metrics::counter!(WAKEUPS, "backend" => scheme).increment(1);
 }
 
-pub(crate) fn grant(backend: &str) {
-    metrics::counter!(GRANTS, "backend" => backend.to_string()).increment(1);
+pub(crate) fn grant(scheme: &'static str) {
+    metrics::counter!(GRANTS, "backend" => scheme).increment(1);
 }
 
-pub(crate) fn release(backend: &str) {
-    metrics::counter!(RELEASES, "backend" => backend.to_string()).increment(1);
+pub(crate) fn release(scheme: &'static str) {
+    metrics::counter!(RELEASES, "backend" => scheme).increment(1);
 }
 
-pub(crate) fn lost(backend: &str, holds: u64) {
-    metrics::counter!(LOSSES, "backend" => backend.to_string()).increment(holds);
+pub(crate) fn lost(scheme: &'static str, holds: u64) {
+    metrics::counter!(LOSSES, "backend" => scheme).increment(holds);
 }
 
 pub(crate) fn session_lost() {

@@ -95,6 +95,8 @@ struct Holder {
 #[derive(Debug, Default)]
 struct State {
     mode: KeepAliveMode,
+    /// The lease the backend grants when it is not the TTL asked for (a negotiated timeout).
+    granted_lease: Option<Duration>,
     sessions_opened: usize,
     dead_sessions: HashSet<String>,
     holds: HashMap<String, Holder>,
@@ -196,11 +198,16 @@ impl Backend for ScriptedBackend {
         "scripted://test".into()
     }
 
-    async fn open_session(&self, _ttl: Duration) -> Result<Box<dyn Session>> {
+    fn scheme(&self) -> &'static str {
+        "scripted"
+    }
+
+    async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
         let mut s = self.0.state();
         s.sessions_opened += 1;
         let id = format!("session-{}", s.sessions_opened);
-        Ok(Box::new(ScriptedSession { id, script: self.0.clone() }))
+        let lease = s.granted_lease.unwrap_or(ttl);
+        Ok(Box::new(ScriptedSession { id, lease, script: self.0.clone() }))
     }
 
     async fn status(&self, _name: Option<&LockName>) -> Result<Vec<LockStatus>> {
@@ -210,6 +217,7 @@ impl Backend for ScriptedBackend {
 
 struct ScriptedSession {
     id: String,
+    lease: Duration,
     script: Arc<Script>,
 }
 
@@ -239,6 +247,10 @@ fn unavailable() -> Error {
 impl Session for ScriptedSession {
     fn id(&self) -> String {
         self.id.clone()
+    }
+
+    fn lease(&self) -> Duration {
+        self.lease
     }
 
     async fn keep_alive(&self) -> Result<KeepAlive> {
@@ -367,6 +379,31 @@ async fn keep_alives_are_sent_every_third_of_the_ttl_while_a_guard_lives() {
     }
     assert!(guard.is_held());
     assert!(guard.unlock().await.unwrap());
+}
+
+/// A backend that grants a shorter lease than asked (a negotiated session timeout) ends the
+/// session sooner: the guard renews by that lease and is lost by it, never by the longer TTL.
+#[tokio::test(start_paused = true)]
+async fn a_shorter_lease_than_asked_sets_renewals_and_the_deadline() {
+    let (client, script) = setup(TTL);
+    let lease = TTL / 2;
+    script.state().granted_lease = Some(lease);
+    let t0 = Instant::now();
+    let guard = client.lock("job").await.unwrap();
+    sleep(lease / 3 + MS).await;
+    assert_eq!(script.keep_alives().len(), 1, "renewed by the granted lease, every lease/3");
+    script.set_mode(KeepAliveMode::Unavailable);
+    let deadline = t0 + lease / 3 + lease - drift(lease);
+    lost_within(&guard, TTL * 3).await;
+    assert_at(Instant::now(), deadline, "lost() by the granted lease");
+    // A longer lease than asked changes nothing: the TTL is what the caller was promised.
+    let (client, script) = setup(TTL);
+    script.state().granted_lease = Some(TTL * 10);
+    let t0 = Instant::now();
+    script.set_mode(KeepAliveMode::Unavailable);
+    let guard = client.lock("job").await.unwrap();
+    lost_within(&guard, TTL * 3).await;
+    assert_at(Instant::now(), t0 + TTL - drift(TTL), "lost() by the TTL asked for");
 }
 
 /// With keep-alives failing (Unavailable), `lost()` resolves at last successful keep-alive sent +

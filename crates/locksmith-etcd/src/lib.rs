@@ -189,6 +189,10 @@ impl locksmith_core::Backend for EtcdBackend {
         self.shared.url.clone()
     }
 
+    fn scheme(&self) -> &'static str {
+        "etcd"
+    }
+
     /// Grants a lease of `ttl` rounded up to whole seconds (at least 1 s).
     ///
     /// # Cancel safety
@@ -201,7 +205,8 @@ impl locksmith_core::Backend for EtcdBackend {
         if !granted.error.is_empty() {
             return Err(Error::Backend(format!("etcd {}: lease grant: {}", self.shared.url, granted.error)));
         }
-        Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id)))
+        let lease = Duration::from_secs(u64::try_from(granted.ttl).unwrap_or(0));
+        Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id, lease)))
     }
 
     /// The holder and waiters of one lock; with `None`, of every lock that has a holder or a

@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::{CancelGuard, HoldTable};
@@ -41,6 +42,8 @@ impl Drop for NameSlot {
 pub(crate) struct EtcdSession {
     shared: Arc<Shared>,
     lease: i64,
+    /// The lease's TTL as etcd granted it.
+    granted: Duration,
     names: NameMap,
     /// Each hold keeps its name's slot (one key per name and lease) until it is released.
     holds: HoldTable<Arc<NameSlot>>,
@@ -49,10 +52,11 @@ pub(crate) struct EtcdSession {
 }
 
 impl EtcdSession {
-    pub(crate) fn new(shared: Arc<Shared>, lease: i64) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, lease: i64, granted: Duration) -> Self {
         Self {
             shared,
             lease,
+            granted,
             names: NameMap::default(),
             holds: HoldTable::default(),
             keeper: tokio::sync::Mutex::new(None),
@@ -241,6 +245,11 @@ impl Pending {
 impl Session for EtcdSession {
     fn id(&self) -> String {
         format!("{:x}", self.lease)
+    }
+
+    /// The TTL etcd granted: whole seconds, the asked TTL rounded up (or the server's minimum).
+    fn lease(&self) -> Duration {
+        self.granted
     }
 
     /// One `LeaseKeepAlive` round trip, then one txn checking every hold's key.

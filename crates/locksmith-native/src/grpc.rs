@@ -112,6 +112,10 @@ impl Backend for NativeBackend {
         self.inner.url.clone()
     }
 
+    fn scheme(&self) -> &'static str {
+        "locksmith"
+    }
+
     async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
         let connector: Arc<dyn Connector> = self.inner.clone();
         Ok(Box::new(StreamSession::open(connector, ttl).await?))

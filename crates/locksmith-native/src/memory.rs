@@ -95,6 +95,10 @@ impl Backend for MemoryBackend {
         self.inner.describe()
     }
 
+    fn scheme(&self) -> &'static str {
+        "memory"
+    }
+
     async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
         let connector: Arc<dyn Connector> = self.inner.clone();
         Ok(Box::new(StreamSession::open(connector, ttl).await?))

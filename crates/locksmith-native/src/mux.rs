@@ -57,6 +57,8 @@ struct Shared {
     /// Set when the stream task has ended (the server has closed our stream after `Close`).
     done: tokio::sync::watch::Sender<bool>,
     session: u64,
+    /// The lease the server granted at the opening.
+    lease: Duration,
     ttl: Duration,
     next_id: AtomicU64,
     state: Mutex<State>,
@@ -100,11 +102,12 @@ impl StreamSession {
     /// Opens a session of `ttl` on a new stream.
     pub(crate) async fn open(connector: Arc<dyn Connector>, ttl: Duration) -> Result<Self> {
         let mut transport = connector.connect().await?;
-        let session = handshake(&mut transport, &connector, ttl, 0).await?;
+        let (session, lease) = handshake(&mut transport, &connector, ttl, 0).await?;
         let shared = Arc::new(Shared {
             done: tokio::sync::watch::channel(false).0,
             session,
             ttl,
+            lease,
             next_id: AtomicU64::new(2),
             state: Mutex::new(State { tx: Some(transport.tx.clone()), ..State::default() }),
             connector,
@@ -162,7 +165,13 @@ fn withdraw(shared: &Shared, id: u64, acquire: Option<(String, String)>) {
     }
 }
 
-async fn handshake(t: &mut Transport, connector: &Arc<dyn Connector>, ttl: Duration, resume: u64) -> Result<u64> {
+/// Opens (or resumes) the session on a fresh stream: its id and the lease the server granted.
+async fn handshake(
+    t: &mut Transport,
+    connector: &Arc<dyn Connector>,
+    ttl: Duration,
+    resume: u64,
+) -> Result<(u64, Duration)> {
     let ttl_ms = millis(ttl);
     let open = In::Open(locksmith_proto::Open { ttl_ms, resume_session: resume });
     t.tx.send(ClientMessage { id: 1, body: Some(open) })
@@ -173,7 +182,7 @@ async fn handshake(t: &mut Transport, connector: &Arc<dyn Connector>, ttl: Durat
         .await
         .map_err(|_| Error::Unavailable { backend: connector.describe(), message: "no answer to open".into() })?;
     match first {
-        Some(Ok(ServerMessage { body: Some(Out::Opened(o)), .. })) => Ok(o.session),
+        Some(Ok(ServerMessage { body: Some(Out::Opened(o)), .. })) => Ok((o.session, Duration::from_millis(o.ttl_ms))),
         Some(Ok(ServerMessage { body: Some(Out::Error(e)), .. })) => Err(server_error(&e)),
         Some(Ok(other)) => Err(Error::Protocol(format!("expected opened, got {other:?}"))),
         Some(Err(e)) => Err(e),
@@ -337,6 +346,10 @@ fn dispatch(shared: &Shared, m: ServerMessage) {
 impl Session for StreamSession {
     fn id(&self) -> String {
         format!("{:x}", self.shared.session)
+    }
+
+    fn lease(&self) -> Duration {
+        self.shared.lease
     }
 
     async fn keep_alive(&self) -> Result<KeepAlive> {

@@ -172,6 +172,10 @@ impl Backend for RedisBackend {
         self.shared.conn.describe().to_string()
     }
 
+    fn scheme(&self) -> &'static str {
+        "redis"
+    }
+
     /// Opens a session after one round trip, so an unreachable server is reported at once.
     ///
     /// # Cancel safety

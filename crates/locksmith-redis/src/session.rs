@@ -50,7 +50,7 @@ impl RedisSession {
                 .op
                 .clone()
                 .try_lock_owned()
-                .map_err(|_| Error::Protocol("redis: a fresh hold entry was locked".into()))?;
+                .map_err(|_| Error::Internal("redis: a fresh hold entry was locked".into()))?;
             match self.holds.insert_pending(name.clone(), owner.to_string(), entry.clone()) {
                 Ok(id) => {
                     return Ok(Pending {
@@ -86,6 +86,11 @@ impl RedisSession {
 impl Session for RedisSession {
     fn id(&self) -> String {
         self.id.clone()
+    }
+
+    /// Each key's PX is the TTL, in milliseconds.
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.ttl_ms)
     }
 
     /// Renews every hold of this session in one script; reports holds found gone or taken.

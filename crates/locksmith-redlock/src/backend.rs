@@ -93,6 +93,10 @@ impl Backend for RedlockBackend {
         self.cluster.url.describe()
     }
 
+    fn scheme(&self) -> &'static str {
+        "redlock"
+    }
+
     /// Always `false`: a Redlock grant has no safe fencing token (see the crate docs).
     fn provides_fencing(&self) -> bool {
         false

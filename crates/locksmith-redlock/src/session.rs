@@ -74,6 +74,11 @@ impl Session for RedlockSession {
         self.id.clone()
     }
 
+    /// Each instance's key lives for the TTL.
+    fn lease(&self) -> Duration {
+        self.ttl
+    }
+
     async fn keep_alive(&self) -> Result<KeepAlive> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::SessionExpired);

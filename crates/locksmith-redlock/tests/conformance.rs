@@ -38,6 +38,9 @@ impl Backend for ShimBackend {
     fn describe(&self) -> String {
         self.inner.describe()
     }
+    fn scheme(&self) -> &'static str {
+        self.inner.scheme()
+    }
     fn provides_fencing(&self) -> bool {
         true // test shim only: lets the suite's plain `lock()` through
     }
@@ -61,6 +64,9 @@ struct ShimSession {
 impl Session for ShimSession {
     fn id(&self) -> String {
         self.inner.id()
+    }
+    fn lease(&self) -> Duration {
+        self.inner.lease()
     }
     async fn keep_alive(&self) -> Result<KeepAlive> {
         let mut ka = self.inner.keep_alive().await?;

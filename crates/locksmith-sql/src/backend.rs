@@ -81,6 +81,10 @@ impl Backend for SqlBackend {
         self.db.describe().to_string()
     }
 
+    fn scheme(&self) -> &'static str {
+        self.db.dialect().label()
+    }
+
     /// Opens a session after one round trip (creating the tables on first use), so an
     /// unreachable database is reported at once.
     ///

@@ -143,7 +143,9 @@ impl Db {
                 tokio::time::timeout(CONNECT_TIMEOUT, o.connect()).await.map(|r| r.map(Dedicated::MySql))
             }
             Options::Sqlite(_) => {
-                return Err(Error::Protocol("sqlite: no session-scoped locks".into()));
+                return Err(Error::Internal(
+                    "sqlite: no session-scoped locks (refused when the URL was parsed)".into(),
+                ));
             }
         };
         match r {

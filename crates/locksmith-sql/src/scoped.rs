@@ -223,6 +223,11 @@ impl Session for ScopedSession {
         self.id.clone()
     }
 
+    /// The server ends a holding connection idle for the TTL.
+    fn lease(&self) -> Duration {
+        self.ttl
+    }
+
     /// Checks every hold's connection (on MySQL `GET_LOCK` also that it still owns the lock; in
     /// row-lock mode that the transaction is alive); a dead connection means the database has
     /// freed, or will free, the lock: reported lost.

@@ -70,6 +70,11 @@ impl Session for SqlSession {
         self.id.clone()
     }
 
+    /// Each row's `expires_at` is the TTL ahead, by the database clock.
+    fn lease(&self) -> Duration {
+        Duration::from_millis(u64::try_from(self.ttl_ms).unwrap_or(0))
+    }
+
     /// Renews every hold of this session in one owner-checked statement (one short
     /// transaction on MySQL/MariaDB); reports holds whose row is gone or taken over.
     ///

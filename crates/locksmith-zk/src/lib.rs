@@ -1,6 +1,6 @@
 //! # locksmith-zk: ZooKeeper as a locksmith backend
 //!
-//! URL: `zk://host:port[,host:port…][/path]`. Building a [`ZkBackend`] does no I/O; sessions
+//! URL: `zk://host[:port][,host[:port]…][/path]` (port 2181 when omitted). Building a [`ZkBackend`] does no I/O; sessions
 //! connect when opened (within 3 s, else [`Error::Unavailable`]). The URL path is the **base**
 //! under which lock directories live (default `/locksmith`); it is a plain path prefix, not a
 //! ZooKeeper chroot, and is created on demand.
@@ -143,6 +143,10 @@ pub(crate) async fn connect(url: &str, hosts: &str, session_timeout: Duration) -
 impl locksmith_core::Backend for ZkBackend {
     fn describe(&self) -> String {
         self.url.clone()
+    }
+
+    fn scheme(&self) -> &'static str {
+        "zk"
     }
 
     /// Opens one ZooKeeper session with timeout `ttl`.

@@ -14,6 +14,7 @@ use crate::url::lock_dir;
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 pub(crate) struct ZkSession {
+    lease: Duration,
     client: Mutex<Option<zk::Client>>,
     id: String,
     url: String,
@@ -25,7 +26,8 @@ pub(crate) struct ZkSession {
 impl ZkSession {
     pub(crate) fn new(client: zk::Client, url: String, base: String) -> Self {
         let id = format!("{:x}", client.session_id().0);
-        Self { client: Mutex::new(Some(client)), id, url, base, holds: HoldTable::default() }
+        let lease = client.session_timeout();
+        Self { lease, client: Mutex::new(Some(client)), id, url, base, holds: HoldTable::default() }
     }
 
     fn client(&self) -> Result<zk::Client> {
@@ -87,6 +89,12 @@ async fn delete_ours(
 impl locksmith_core::Session for ZkSession {
     fn id(&self) -> String {
         self.id.clone()
+    }
+
+    /// The session timeout the server negotiated (equal to the TTL: another is refused when the
+    /// session opens).
+    fn lease(&self) -> Duration {
+        self.lease
     }
 
     /// One read round trip plus an existence check per hold.

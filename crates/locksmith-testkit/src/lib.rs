@@ -17,6 +17,6 @@ pub use mysql::{MySqlServer, MYSQL_SETUP};
 pub use native::NativeServer;
 pub use port::free_port;
 pub use postgres::{PostgresServer, POSTGRES_SETUP};
-pub use process::ChildProcess;
+pub use process::{spawn, ChildProcess};
 pub use redis::{interop_python, RedisServer, REDIS_SETUP};
 pub use zk::ZkServer;

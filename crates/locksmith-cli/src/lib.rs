@@ -3,20 +3,17 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
 pub mod bench;
 pub mod chaos;
-pub mod exit;
 pub mod run;
 pub mod serve;
 pub mod sql;
 pub mod status;
 
-/// Default backend when neither `--backend` nor `LOCKSMITH_BACKEND` is given.
-pub const DEFAULT_BACKEND: &str = "locksmith://127.0.0.1:7531";
+pub use locksmith_cli_common::{duration_arg, exit, ttl_arg, DEFAULT_BACKEND};
 
 /// Distributed locks with fencing tokens.
 #[derive(Debug, Parser)]
@@ -46,22 +43,6 @@ pub enum Command {
     /// One worker process of `chaos` (started by the harness).
     #[command(hide = true)]
     ChaosWorker(chaos::worker::WorkerArgs),
-}
-
-/// Parses `500ms`, `10s`, `2m`, `1m30s` for clap.
-pub fn duration_arg(s: &str) -> Result<Duration, String> {
-    locksmith::parse_duration(s).map_err(|e| e.to_string())
-}
-
-/// Parses a session TTL for clap: a duration in the accepted range, refused in the user's own
-/// spelling.
-pub fn ttl_arg(s: &str) -> Result<Duration, String> {
-    let ttl = duration_arg(s)?;
-    locksmith::validate_ttl(ttl).map_err(|_| {
-        let (min, max) =
-            (locksmith::format_duration(locksmith::MIN_TTL), locksmith::format_duration(locksmith::MAX_TTL));
-        format!("{s:?} is outside the TTL range {min} to {max}")
-    })
 }
 
 /// Prints a command-line error (or the help text clap answers with) and returns its exit code;

@@ -8,6 +8,8 @@ use clap::Args;
 
 use crate::exit;
 
+pub use locksmith_cli_common::DurabilityArg;
+
 /// Arguments of `locksmith serve`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -47,15 +49,6 @@ fn listen_arg(s: &str) -> Result<SocketAddr, String> {
         .or_else(|| addrs.first())
         .copied()
         .ok_or_else(|| format!("{host:?} has no address"))
-}
-
-/// `--durability` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DurabilityArg {
-    /// Every grant is on disk before its holder hears of it.
-    Grants,
-    /// Only reserved token blocks and the longest lease are on disk.
-    Leases,
 }
 
 /// Runs the server until SIGINT or SIGTERM.

@@ -110,10 +110,7 @@ impl Server {
     /// It could not be started or did not listen within 20 s.
     pub async fn start(exe: &Path, dir: &Path, durability: crate::serve::DurabilityArg) -> std::io::Result<Self> {
         let addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
-        let durability = match durability {
-            crate::serve::DurabilityArg::Grants => "grants",
-            crate::serve::DurabilityArg::Leases => "leases",
-        };
+        let durability = durability.as_str();
         let (data, log) = (dir.join("data"), dir.join("server.log"));
         let mut s = Self { exe: exe.to_path_buf(), addr, data, log, durability, proc: None };
         s.restart().await?;

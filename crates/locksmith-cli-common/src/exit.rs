@@ -16,14 +16,14 @@ pub const NOT_ACQUIRED: u8 = 75;
 pub const LOST: u8 = 76;
 
 /// Prints `err` and returns the exit code that classifies it.
-pub fn report(context: &str, err: &locksmith::Error) -> ExitCode {
+pub fn report(context: &str, err: &locksmith_core::Error) -> ExitCode {
     eprintln!("locksmith {context}: {err}");
     ExitCode::from(code_for(err))
 }
 
 /// The exit code for a library error.
-pub fn code_for(err: &locksmith::Error) -> u8 {
-    use locksmith::Error as E;
+pub fn code_for(err: &locksmith_core::Error) -> u8 {
+    use locksmith_core::Error as E;
     match err {
         E::InvalidName(_) | E::InvalidTtl { .. } | E::InvalidArgument(_) | E::InvalidUrl { .. } | E::Unfenced(_) => {
             USAGE

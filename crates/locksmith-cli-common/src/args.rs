@@ -1,0 +1,42 @@
+//! Argument values and parsers more than one subcommand takes.
+
+use std::time::Duration;
+
+/// Default backend when neither `--backend` nor `LOCKSMITH_BACKEND` is given.
+pub const DEFAULT_BACKEND: &str = "locksmith://127.0.0.1:7531";
+
+/// Parses `500ms`, `10s`, `2m`, `1m30s` for clap.
+pub fn duration_arg(s: &str) -> Result<Duration, String> {
+    locksmith_core::parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// Parses a session TTL for clap: a duration in the accepted range, refused in the user's own
+/// spelling.
+pub fn ttl_arg(s: &str) -> Result<Duration, String> {
+    use locksmith_core::{format_duration, validate_ttl, MAX_TTL, MIN_TTL};
+    let ttl = duration_arg(s)?;
+    validate_ttl(ttl).map_err(|_| {
+        let (min, max) = (format_duration(MIN_TTL), format_duration(MAX_TTL));
+        format!("{s:?} is outside the TTL range {min} to {max}")
+    })
+}
+
+/// `--durability` values of the native server (`locksmith serve`, and the server `locksmith
+/// chaos` starts).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum DurabilityArg {
+    /// Every grant is on disk before its holder hears of it.
+    Grants,
+    /// Only reserved token blocks and the longest lease are on disk.
+    Leases,
+}
+
+impl DurabilityArg {
+    /// The value as `--durability` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Grants => "grants",
+            Self::Leases => "leases",
+        }
+    }
+}

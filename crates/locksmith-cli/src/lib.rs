@@ -6,13 +6,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub mod bench;
 pub mod chaos;
 pub mod run;
 pub mod serve;
 pub mod sql;
 pub mod status;
 
+pub use locksmith_bench as bench;
 pub use locksmith_cli_common::{duration_arg, exit, ttl_arg, DEFAULT_BACKEND};
 
 /// Distributed locks with fencing tokens.

@@ -6,13 +6,13 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-pub mod chaos;
 pub mod run;
 pub mod serve;
 pub mod sql;
 pub mod status;
 
 pub use locksmith_bench as bench;
+pub use locksmith_chaos as chaos;
 pub use locksmith_cli_common::{duration_arg, exit, ttl_arg, DEFAULT_BACKEND};
 
 /// Distributed locks with fencing tokens.
@@ -42,7 +42,7 @@ pub enum Command {
     Chaos(chaos::ChaosArgs),
     /// One worker process of `chaos` (started by the harness).
     #[command(hide = true)]
-    ChaosWorker(chaos::worker::WorkerArgs),
+    ChaosWorker(chaos::WorkerArgs),
 }
 
 /// Prints a command-line error (or the help text clap answers with) and returns its exit code;
@@ -86,7 +86,7 @@ pub fn main() -> ExitCode {
             Command::Bench(a) => bench::bench(a).await,
             Command::Sql(a) => sql::sql(a).await,
             Command::Chaos(a) => chaos::chaos(a).await,
-            Command::ChaosWorker(a) => chaos::worker::chaos_worker(a).await,
+            Command::ChaosWorker(a) => chaos::chaos_worker(a).await,
         }
     })
 }

@@ -11,7 +11,7 @@ pub use locksmith_process::ChildProcess;
 /// When the program cannot be started; the message names it. Test code: a test that cannot
 /// start its processes must fail, not skip.
 pub fn spawn(name: &str, cmd: &mut Command) -> ChildProcess {
-    ChildProcess::spawn(name, cmd).unwrap_or_else(|e| panic!("{e}"))
+    ChildProcess::spawn(name, cmd).unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"))
 }
 
 /// A shell that kills `pid` (SIGKILL) and removes `dir` once the current (test) process is gone:

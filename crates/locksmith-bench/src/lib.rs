@@ -1,5 +1,5 @@
 //! `locksmith bench`: lock latency and throughput of one or more backends. The `locksmith`
-//! binary parses [`BenchArgs`] and calls [`bench`]; this crate keeps the measuring, the
+//! binary parses [`BenchArgs`] and calls [`bench()`]; this crate keeps the measuring, the
 //! raw-recipe baselines with their client crates, the tables, JSON and plots out of the
 //! binary's crate (`locksmith-cli` turns it on with its `bench` feature).
 //!

@@ -40,3 +40,29 @@ impl DurabilityArg {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::ValueEnum;
+
+    use super::*;
+
+    /// `as_str` spells each value as `--durability` accepts it (chaos passes it to `serve`).
+    #[test]
+    fn durability_values_spell_as_clap_parses_them() {
+        for v in DurabilityArg::value_variants() {
+            let parsed = DurabilityArg::from_str(v.as_str(), false);
+            assert_eq!(parsed, Ok(*v), "{}", v.as_str());
+        }
+    }
+
+    /// A TTL outside the range is refused in the user's own spelling; durations take units.
+    #[test]
+    fn ttls_out_of_range_are_refused_as_written() {
+        assert_eq!(duration_arg("1m30s"), Ok(Duration::from_secs(90)));
+        assert!(duration_arg("soon").is_err());
+        assert_eq!(ttl_arg("10s"), Ok(Duration::from_secs(10)));
+        let e = ttl_arg("2h").unwrap_err();
+        assert!(e.starts_with("\"2h\" is outside the TTL range"), "{e}");
+    }
+}

@@ -1,22 +1,31 @@
-//! The `locksmith` command line: `serve`, `run`, `status`, `bench`, `chaos`, `sql`. Each command is one module;
-//! this file only parses arguments and sets up logging and the runtime.
+//! The `locksmith` command line: `serve`, `run`, `status`, `bench`, `chaos`, `sql`. Each command is one module
+//! (`bench` is the `locksmith-bench` crate, `chaos` the `locksmith-chaos` crate); this file only
+//! parses arguments and sets up logging and the runtime.
+//!
+//! # Features
+//!
+//! All on by default. Backends, each turning on the `locksmith` facade's driver: `redis`,
+//! `redlock`, `etcd`, `zk`, `sql` (which also brings the `sql` subcommand). Subcommands: `bench`
+//! and `chaos` (with the hidden `chaos-worker`). Without default features the binary is
+//! native-only (`serve`, `run`, `status` over `locksmith://` and `memory://`); a subcommand
+//! left out is not offered, and asking for it says which feature it needs.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
-pub mod bench;
-pub mod chaos;
-pub mod exit;
 pub mod run;
 pub mod serve;
+#[cfg(feature = "sql")]
 pub mod sql;
 pub mod status;
 
-/// Default backend when neither `--backend` nor `LOCKSMITH_BACKEND` is given.
-pub const DEFAULT_BACKEND: &str = "locksmith://127.0.0.1:7531";
+#[cfg(feature = "bench")]
+pub use locksmith_bench as bench;
+#[cfg(feature = "chaos")]
+pub use locksmith_chaos as chaos;
+pub use locksmith_cli_common::{duration_arg, exit, ttl_arg, DEFAULT_BACKEND};
 
 /// Distributed locks with fencing tokens.
 #[derive(Debug, Parser)]
@@ -37,39 +46,42 @@ pub enum Command {
     /// Show holder, token, waiters and TTL left of one lock or of all.
     Status(status::StatusArgs),
     /// Measure lock latency and throughput against a backend.
+    #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
     /// SQL backends: create the schema on a database (`init URL`) or print its DDL (`schema`).
+    #[cfg(feature = "sql")]
     Sql(sql::SqlArgs),
     /// Safety harness: workers under the lock increment a fenced register while faults are
     /// injected; a checker reports stale writes, token regressions and overlapping holds.
+    #[cfg(feature = "chaos")]
     Chaos(chaos::ChaosArgs),
     /// One worker process of `chaos` (started by the harness).
+    #[cfg(feature = "chaos")]
     #[command(hide = true)]
-    ChaosWorker(chaos::worker::WorkerArgs),
+    ChaosWorker(chaos::WorkerArgs),
 }
 
-/// Parses `500ms`, `10s`, `2m`, `1m30s` for clap.
-pub fn duration_arg(s: &str) -> Result<Duration, String> {
-    locksmith::parse_duration(s).map_err(|e| e.to_string())
-}
-
-/// Parses a session TTL for clap: a duration in the accepted range, refused in the user's own
-/// spelling.
-pub fn ttl_arg(s: &str) -> Result<Duration, String> {
-    let ttl = duration_arg(s)?;
-    locksmith::validate_ttl(ttl).map_err(|_| {
-        let (min, max) =
-            (locksmith::format_duration(locksmith::MIN_TTL), locksmith::format_duration(locksmith::MAX_TTL));
-        format!("{s:?} is outside the TTL range {min} to {max}")
-    })
+/// The cargo feature a subcommand this build left out needs; `None` for any other word.
+fn left_out(subcommand: &str) -> Option<&'static str> {
+    match subcommand {
+        "bench" if !cfg!(feature = "bench") => Some("bench"),
+        "sql" if !cfg!(feature = "sql") => Some("sql"),
+        "chaos" | "chaos-worker" if !cfg!(feature = "chaos") => Some("chaos"),
+        _ => None,
+    }
 }
 
 /// Prints a command-line error (or the help text clap answers with) and returns its exit code;
-/// `run` without `--` before its command gets a tip saying so.
+/// `run` without `--` before its command gets a tip saying so, and a subcommand this build
+/// left out one naming the feature it needs.
 fn usage_error(e: &clap::Error) -> ExitCode {
     use clap::error::ErrorKind;
     let _ = e.print();
-    let is_run = std::env::args().nth(1).as_deref() == Some("run");
+    let first = std::env::args().nth(1);
+    if let (ErrorKind::InvalidSubcommand, Some(feature)) = (e.kind(), first.as_deref().and_then(left_out)) {
+        eprintln!("\ntip: this locksmith was built without the `{feature}` feature; build it with: cargo build -p locksmith-cli --features {feature}");
+    }
+    let is_run = first.as_deref() == Some("run");
     let missing_dashes = !std::env::args().any(|a| a == "--");
     if is_run && missing_dashes && matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument) {
         eprintln!("\ntip: put `--` before the command: locksmith run NAME [OPTIONS] -- CMD [ARGS]...");
@@ -102,10 +114,14 @@ pub fn main() -> ExitCode {
             Command::Serve(a) => serve::serve(a).await,
             Command::Run(a) => run::run(a).await,
             Command::Status(a) => status::status(a).await,
+            #[cfg(feature = "bench")]
             Command::Bench(a) => bench::bench(a).await,
+            #[cfg(feature = "sql")]
             Command::Sql(a) => sql::sql(a).await,
+            #[cfg(feature = "chaos")]
             Command::Chaos(a) => chaos::chaos(a).await,
-            Command::ChaosWorker(a) => chaos::worker::chaos_worker(a).await,
+            #[cfg(feature = "chaos")]
+            Command::ChaosWorker(a) => chaos::chaos_worker(a).await,
         }
     })
 }

@@ -8,6 +8,8 @@ use clap::Args;
 
 use crate::exit;
 
+pub use locksmith_cli_common::DurabilityArg;
+
 /// Arguments of `locksmith serve`.
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
@@ -49,15 +51,6 @@ fn listen_arg(s: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{host:?} has no address"))
 }
 
-/// `--durability` values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum DurabilityArg {
-    /// Every grant is on disk before its holder hears of it.
-    Grants,
-    /// Only reserved token blocks and the longest lease are on disk.
-    Leases,
-}
-
 /// Runs the server until SIGINT or SIGTERM.
 ///
 /// # Cancel safety
@@ -78,7 +71,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
     match locksmith_server::serve(listener, opts, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => exit::report_server("serve", &e),
+        Err(e) => report_server("serve", &e),
     }
 }
 
@@ -100,9 +93,35 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
     }
 }
 
+/// Prints a failure of the server itself and returns its exit code.
+fn report_server(context: &str, err: &locksmith_server::ServerError) -> ExitCode {
+    eprintln!("locksmith {context}: {err}");
+    ExitCode::from(server_code_for(err))
+}
+
+/// The exit code for a server failure: a corrupt data directory is [`exit::DATA`]; a directory
+/// in use, a failed disk or transport are 1, as when they arrived as library I/O errors.
+fn server_code_for(err: &locksmith_server::ServerError) -> u8 {
+    match err {
+        locksmith_server::ServerError::Corrupt(_) => exit::DATA,
+        _ => 1,
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::listen_arg;
+    use super::{listen_arg, server_code_for};
+    use crate::exit::DATA;
+    use locksmith_server::ServerError;
+
+    /// A corrupt data directory exits 65 (EX_DATAERR); the other server failures exit 1.
+    #[test]
+    fn server_failures_map_to_the_exit_codes_serve_always_used() {
+        assert_eq!(server_code_for(&ServerError::Corrupt("wal: bad header".into())), DATA);
+        assert_eq!(server_code_for(&ServerError::InUse("./locksmith-data".into())), 1);
+        assert_eq!(server_code_for(&ServerError::WriterStopped), 1);
+        assert_eq!(server_code_for(&ServerError::Io(std::io::Error::other("disk full"))), 1);
+    }
 
     #[test]
     fn listen_addresses_take_names_and_refuse_bad_ports() {

@@ -7,16 +7,16 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use locksmith_core::conformance::UrlTarget;
-use locksmith_testkit::EtcdServer;
+use locksmith_testkit::{CliTarget, EtcdServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-fn etcd() -> UrlTarget {
+fn etcd() -> CliTarget {
     let server = EtcdServer::start();
-    UrlTarget::new(server.url(), locksmith::backend).cli(BIN).keeping(server)
+    CliTarget::new(BIN, UrlTarget::new(server.url(), locksmith::backend).keeping(server))
 }
 
-locksmith_core::process_conformance_suite!(etcd());
+locksmith_testkit::process_conformance_suite!(etcd());
 
 fn critical_section(file: &Path) -> String {
     let f = file.display();

@@ -5,7 +5,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use locksmith::LockOptions;
-use locksmith_testkit::{free_port, ChildProcess, NativeServer};
+use locksmith_testkit::{free_port, spawn, NativeServer};
 use nix::sys::signal::Signal;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
@@ -77,9 +77,9 @@ async fn a_restored_hold_whose_client_is_gone_expires_one_ttl_after_restart() {
     ])
     .stdin(Stdio::null())
     .stdout(Stdio::piped());
-    let mut holder = ChildProcess::spawn("locksmith run", &mut cmd);
+    let mut holder = spawn("locksmith run", &mut cmd);
     let mut line = String::new();
-    let out = holder.inner().unwrap().stdout.take().unwrap();
+    let out = holder.take_stdout().unwrap();
     std::io::BufRead::read_line(&mut std::io::BufReader::new(out), &mut line).unwrap();
     let token: u64 = line.trim().parse().unwrap();
     // Holder and server die together: no release, no keep-alive, no resume.
@@ -241,7 +241,7 @@ fn serve_stops_cleanly_on_sigterm_and_sigint() {
             .arg(dir.path())
             .stdin(Stdio::null())
             .stderr(Stdio::null());
-        let mut p = ChildProcess::spawn("locksmith serve", &mut cmd);
+        let mut p = spawn("locksmith serve", &mut cmd);
         let until = std::time::Instant::now() + Duration::from_secs(20);
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             assert!(std::time::Instant::now() < until, "serve did not listen");

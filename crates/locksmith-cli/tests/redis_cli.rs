@@ -5,16 +5,19 @@
 use std::process::{Command, Stdio};
 
 use locksmith_core::conformance::UrlTarget;
-use locksmith_testkit::RedisServer;
+use locksmith_testkit::{CliTarget, RedisServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-fn redis() -> UrlTarget {
+fn redis() -> CliTarget {
     let server = RedisServer::start();
-    UrlTarget::new(server.url(), locksmith::backend).fifo(true).reports_waiters(true).cli(BIN).keeping(server)
+    CliTarget::new(
+        BIN,
+        UrlTarget::new(server.url(), locksmith::backend).fifo(true).reports_waiters(true).keeping(server),
+    )
 }
 
-locksmith_core::process_conformance_suite!(redis());
+locksmith_testkit::process_conformance_suite!(redis());
 
 /// On Redlock, `locksmith run` refuses without `--unfenced` (exit 2, saying why), and with it
 /// runs the command without a LOCKSMITH_TOKEN.

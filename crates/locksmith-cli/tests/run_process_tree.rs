@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use locksmith_testkit::{ChildProcess, NativeServer};
+use locksmith_testkit::{spawn, ChildProcess, NativeServer};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
@@ -31,7 +31,7 @@ fn run_job(server: &NativeServer, args: &[&str], dir: &Path) -> ChildProcess {
     let mut cmd = Command::new(BIN);
     cmd.arg("run").args(args).env("LOCKSMITH_BACKEND", server.url()).current_dir(dir).process_group(0);
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
-    ChildProcess::spawn("locksmith run", &mut cmd)
+    spawn("locksmith run", &mut cmd)
 }
 
 /// `(state, pgrp)` of a process from `/proc`, `None` once it is gone.
@@ -76,7 +76,7 @@ fn wait_for_file(path: &Path, timeout: Duration) -> String {
 
 fn stderr_of(p: &mut ChildProcess) -> String {
     let mut s = String::new();
-    if let Some(mut e) = p.inner().and_then(|c| c.stderr.take()) {
+    if let Some(mut e) = p.take_stderr() {
         let _ = std::io::Read::read_to_string(&mut e, &mut s);
     }
     s
@@ -178,9 +178,9 @@ fn on_a_terminal_ctrl_c_and_input_reach_the_command_once() {
     let mut cmd = Command::new("script");
     cmd.args(["-q", "-e", "-c", &run, "/dev/null"]).current_dir(&dir).process_group(0);
     cmd.stdin(Stdio::piped()).stdout(Stdio::null()).stderr(Stdio::null());
-    let mut pty = ChildProcess::spawn("script (pty)", &mut cmd);
+    let mut pty = spawn("script (pty)", &mut cmd);
     let _cleanup = GroupGuard(vec![pty.pid()]);
-    let mut input = pty.inner().and_then(|c| c.stdin.take()).expect("stdin of script");
+    let mut input = pty.take_stdin().expect("stdin of script");
     wait_for_file(&dir.join("ready"), Duration::from_secs(10));
     input.write_all(b"\x03").unwrap();
     input.flush().unwrap();

@@ -5,16 +5,17 @@
 use std::process::{Command, Stdio};
 
 use locksmith_core::conformance::UrlTarget;
+use locksmith_testkit::CliTarget;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-fn sqlite() -> UrlTarget {
+fn sqlite() -> CliTarget {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("locks.db").display());
-    UrlTarget::new(url, locksmith::backend).fifo(false).reports_waiters(false).cli(BIN).keeping(dir)
+    CliTarget::new(BIN, UrlTarget::new(url, locksmith::backend).fifo(false).reports_waiters(false).keeping(dir))
 }
 
-locksmith_core::process_conformance_suite!(sqlite());
+locksmith_testkit::process_conformance_suite!(sqlite());
 
 /// Eight `locksmith run` processes on one SQLite file, started together: the critical sections
 /// strictly alternate (enter, exit, enter, exit…) and the tokens strictly increase.

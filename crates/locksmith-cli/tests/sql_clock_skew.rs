@@ -10,10 +10,10 @@
 //! does skew SQLite leases — a property of SQLite, documented in the crate, not tested here.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use locksmith_testkit::{MySqlServer, PostgresServer};
+use locksmith_testkit::{spawn, ChildProcess, MySqlServer, PostgresServer};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -41,9 +41,10 @@ fn assert_skews(skew: &str, expect: i64) {
     assert!((faked - now - expect).abs() < 30, "faketime {skew}: {faked} vs {now}, expected {expect:+} s");
 }
 
-/// Processes to end by PID on drop (also when an assertion fails).
+/// Processes to end by PID on drop (also when an assertion fails): the faketime wrapper (a
+/// `ChildProcess`, killed when dropped) and what it started.
 struct Procs {
-    wrapper: Child,
+    _wrapper: ChildProcess,
     pids: Vec<i32>,
 }
 
@@ -52,8 +53,6 @@ impl Drop for Procs {
         for &pid in &self.pids {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
-        let _ = self.wrapper.kill();
-        let _ = self.wrapper.wait();
     }
 }
 
@@ -63,14 +62,12 @@ fn start_holder(url: &str, skew: &str, dir: &Path) -> (Procs, i32) {
     let marker = dir.join(format!("holder{skew}"));
     // The command records its parent (locksmith itself: faketime's wrapper forks) and its own pid.
     let script = format!("echo $PPID $$ > '{}.tmp' && mv '{0}.tmp' '{0}' && exec sleep 30", marker.display());
-    let wrapper = faketime(skew)
-        .args([BIN, "run", NAME, "--backend", url, "--ttl", TTL, "--timeout", "10s", "--", "sh", "-c", &script])
+    let mut cmd = faketime(skew);
+    cmd.args([BIN, "run", NAME, "--backend", url, "--ttl", TTL, "--timeout", "10s", "--", "sh", "-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut procs = Procs { wrapper, pids: vec![] };
+        .stderr(Stdio::null());
+    let mut procs = Procs { _wrapper: spawn("faketime locksmith run", &mut cmd), pids: vec![] };
     let until = Instant::now() + Duration::from_secs(10);
     let text = loop {
         if let Ok(t) = std::fs::read_to_string(&marker) {

@@ -8,44 +8,44 @@
 use std::sync::OnceLock;
 
 use locksmith_core::conformance::UrlTarget;
-use locksmith_testkit::{MySqlServer, PostgresServer};
+use locksmith_testkit::{CliTarget, MySqlServer, PostgresServer};
 
 static PG: OnceLock<PostgresServer> = OnceLock::new();
 static MY: OnceLock<MySqlServer> = OnceLock::new();
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-fn target(url: String) -> UrlTarget {
-    UrlTarget::new(url, locksmith::backend).fifo(false).reports_waiters(false).cli(BIN)
+fn target(url: String) -> CliTarget {
+    CliTarget::new(BIN, UrlTarget::new(url, locksmith::backend).fifo(false).reports_waiters(false))
 }
 
 struct Mode;
 
 impl Mode {
-    fn postgres(mode: &str) -> UrlTarget {
+    fn postgres(mode: &str) -> CliTarget {
         target(format!("{}?mode={mode}", PG.get_or_init(PostgresServer::start).url()))
     }
-    fn mariadb(mode: &str) -> UrlTarget {
+    fn mariadb(mode: &str) -> CliTarget {
         target(format!("{}?mode={mode}", MY.get_or_init(MySqlServer::start).url()))
     }
 }
 
 mod postgres_row_lock {
     use super::*;
-    locksmith_core::process_conformance_suite!(Mode::postgres("row_lock"));
+    locksmith_testkit::process_conformance_suite!(Mode::postgres("row_lock"));
 }
 
 mod postgres_advisory {
     use super::*;
-    locksmith_core::process_conformance_suite!(Mode::postgres("advisory"));
+    locksmith_testkit::process_conformance_suite!(Mode::postgres("advisory"));
 }
 
 mod mariadb_row_lock {
     use super::*;
-    locksmith_core::process_conformance_suite!(Mode::mariadb("row_lock"));
+    locksmith_testkit::process_conformance_suite!(Mode::mariadb("row_lock"));
 }
 
 mod mariadb_get_lock {
     use super::*;
-    locksmith_core::process_conformance_suite!(Mode::mariadb("get_lock"));
+    locksmith_testkit::process_conformance_suite!(Mode::mariadb("get_lock"));
 }

@@ -4,14 +4,14 @@
 use std::sync::OnceLock;
 
 use locksmith_core::conformance::UrlTarget;
-use locksmith_testkit::ZkServer;
+use locksmith_testkit::{CliTarget, ZkServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
 static SERVER: OnceLock<ZkServer> = OnceLock::new();
 
-fn zk() -> UrlTarget {
-    UrlTarget::new(SERVER.get_or_init(ZkServer::start).url(), locksmith::backend).cli(BIN)
+fn zk() -> CliTarget {
+    CliTarget::new(BIN, UrlTarget::new(SERVER.get_or_init(ZkServer::start).url(), locksmith::backend))
 }
 
-locksmith_core::process_conformance_suite!(zk());
+locksmith_testkit::process_conformance_suite!(zk());

@@ -1,18 +1,18 @@
 //! The contract suite (DESIGN.md §2), one function per property, run by every driver against a
-//! real server. A driver's test file implements [`Target`] and expands
-//! [`conformance_suite!`](crate::conformance_suite) (in-process properties) and, where a
-//! `locksmith` binary can reach the backend from other processes,
-//! [`process_conformance_suite!`](crate::process_conformance_suite) (crash, pause and signal
-//! properties with real processes).
+//! real server. A driver's test file implements [`Target`] (usually with [`UrlTarget`]) and
+//! expands [`conformance_suite!`](crate::conformance_suite).
+//!
+//! The suite is in-process: it knows the library, not the `locksmith` binary. The properties that
+//! need real processes (a `locksmith run` holder killed with `kill -9`, paused past its TTL,
+//! interrupted while waiting; exit codes and signal forwarding) are in `locksmith-testkit`
+//! (`process_conformance_suite!`), built on the same [`Target`] and on the helpers at the end of
+//! this module ([`unique`], [`waiters`], [`until_waiters`]).
 //!
 //! Functions panic with a message naming the broken property; they are test code.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 
@@ -37,7 +37,7 @@ impl Default for Caps {
 /// A backend under test.
 #[async_trait]
 pub trait Target: Send + Sync {
-    /// The backend URL (for `locksmith` processes).
+    /// The backend URL (also for other processes that reach the backend, such as `locksmith`).
     fn url(&self) -> String;
     /// A new client (its own session) with lease `ttl`.
     async fn client(&self, ttl: Duration) -> Result<Client>;
@@ -45,18 +45,14 @@ pub trait Target: Send + Sync {
     fn caps(&self) -> Caps {
         Caps::default()
     }
-    /// The `locksmith` binary, for the process properties.
-    fn cli(&self) -> Option<PathBuf> {
-        None
-    }
 }
 
 /// Makes a backend from a URL (`locksmith::backend` in the facade).
 pub type BackendFactory = fn(&str) -> Result<Arc<dyn crate::Backend>>;
 
 /// The usual [`Target`]: a backend reached by URL, built by `factory` (pass
-/// `locksmith::backend`), with optional caps, `locksmith` binary and a resource (a test server)
-/// kept alive as long as the target.
+/// `locksmith::backend`), with optional caps and a resource (a test server) kept alive as long as
+/// the target.
 ///
 /// ```no_run
 /// # fn backend(_: &str) -> locksmith_core::Result<std::sync::Arc<dyn locksmith_core::Backend>> { unimplemented!() }
@@ -67,20 +63,19 @@ pub struct UrlTarget {
     url: String,
     factory: BackendFactory,
     caps: Caps,
-    cli: Option<PathBuf>,
     _keep: Option<Box<dyn std::any::Any + Send + Sync>>,
 }
 
 impl std::fmt::Debug for UrlTarget {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UrlTarget").field("url", &self.url).field("caps", &self.caps).field("cli", &self.cli).finish()
+        f.debug_struct("UrlTarget").field("url", &self.url).field("caps", &self.caps).finish()
     }
 }
 
 impl UrlTarget {
-    /// A target for `url` with default caps (FIFO, reports waiters) and no binary.
+    /// A target for `url` with default caps (FIFO, reports waiters).
     pub fn new(url: impl Into<String>, factory: BackendFactory) -> Self {
-        Self { url: url.into(), factory, caps: Caps::default(), cli: None, _keep: None }
+        Self { url: url.into(), factory, caps: Caps::default(), _keep: None }
     }
 
     /// Whether the backend serves waiters in arrival order.
@@ -92,12 +87,6 @@ impl UrlTarget {
     /// Whether `status` reports queued waiters.
     pub fn reports_waiters(mut self, reports: bool) -> Self {
         self.caps.reports_waiters = reports;
-        self
-    }
-
-    /// The `locksmith` binary, which enables the process properties.
-    pub fn cli(mut self, bin: impl Into<PathBuf>) -> Self {
-        self.cli = Some(bin.into());
         self
     }
 
@@ -119,45 +108,16 @@ impl Target for UrlTarget {
     fn caps(&self) -> Caps {
         self.caps
     }
-    fn cli(&self) -> Option<PathBuf> {
-        self.cli.clone()
-    }
 }
 
 const TTL: Duration = Duration::from_secs(5);
 const SHORT_TTL: Duration = Duration::from_secs(1);
-
-fn unique(prefix: &str) -> String {
-    format!("conformance/{prefix}/{:08x}", rand::random::<u32>())
-}
 
 async fn client(t: &dyn Target, ttl: Duration) -> Client {
     match t.client(ttl).await {
         Ok(c) => c,
         Err(e) => panic!("cannot create a client for {}: {e}", t.url()),
     }
-}
-
-async fn waiters(c: &Client, name: &str) -> u64 {
-    match c.status(Some(name)).await {
-        Ok(s) => s.first().map(|l| l.waiters_or_zero()).unwrap_or(0),
-        Err(e) => panic!("status failed: {e}"),
-    }
-}
-
-/// Waits until `name` has `n` waiters (backends that report them) or a moment has passed.
-async fn until_waiters(t: &dyn Target, c: &Client, name: &str, n: u64) {
-    if !t.caps().reports_waiters {
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        return;
-    }
-    for _ in 0..500 {
-        if waiters(c, name).await >= n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!("{name}: {n} waiters never showed in status");
 }
 
 /// §2.1 + §2.4: 32 clients hammering one lock never overlap, and every token is greater than
@@ -387,208 +347,41 @@ pub async fn bad_input_is_refused_with_typed_errors(t: &dyn Target) {
     a.close().await;
 }
 
-// ---- process properties -------------------------------------------------------------------
+// ---- helpers for suites built on this one -------------------------------------------------
 
-fn unix_ms() -> u128 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
+/// A lock name no other test uses: `conformance/<prefix>/<random>`.
+pub fn unique(prefix: &str) -> String {
+    format!("conformance/{prefix}/{:08x}", rand::random::<u32>())
 }
 
-struct RunProcess {
-    child: std::process::Child,
-    lines: std::sync::mpsc::Receiver<String>,
-    stderr: Arc<Mutex<String>>,
+/// The waiters `status` reports for `name` (0 when the lock is not listed).
+///
+/// # Panics
+/// When `status` fails.
+pub async fn waiters(c: &Client, name: &str) -> u64 {
+    match c.status(Some(name)).await {
+        Ok(s) => s.first().map(|l| l.waiters_or_zero()).unwrap_or(0),
+        Err(e) => panic!("status failed: {e}"),
+    }
 }
 
-impl RunProcess {
-    /// `locksmith run NAME --backend URL ARGS… -- sh -c SCRIPT`
-    fn spawn(t: &dyn Target, name: &str, args: &[&str], script: &str) -> Self {
-        let bin = t.cli().unwrap_or_else(|| panic!("process properties need Target::cli()"));
-        let mut child = Command::new(&bin)
-            .arg("run")
-            .arg(name)
-            .arg("--backend")
-            .arg(t.url())
-            .args(args)
-            .arg("--")
-            .arg("sh")
-            .arg("-c")
-            .arg(script)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let (tx, lines) = std::sync::mpsc::channel();
-        if let Some(out) = child.stdout.take() {
-            std::thread::spawn(move || {
-                use std::io::BufRead;
-                for line in std::io::BufReader::new(out).lines().map_while(std::result::Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
+/// Waits until `name` has `n` waiters (on backends that report them; on the others it waits a
+/// moment, 200 ms).
+///
+/// # Panics
+/// When the waiters do not show within about 2.5 s.
+pub async fn until_waiters(t: &dyn Target, c: &Client, name: &str, n: u64) {
+    if !t.caps().reports_waiters {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        return;
+    }
+    for _ in 0..500 {
+        if waiters(c, name).await >= n {
+            return;
         }
-        let stderr = Arc::new(Mutex::new(String::new()));
-        if let Some(mut err) = child.stderr.take() {
-            let sink = stderr.clone();
-            std::thread::spawn(move || {
-                use std::io::Read;
-                let mut s = String::new();
-                let _ = err.read_to_string(&mut s);
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&s);
-            });
-        }
-        Self { child, lines, stderr }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-
-    fn pid(&self) -> nix::unistd::Pid {
-        nix::unistd::Pid::from_raw(self.child.id() as i32)
-    }
-
-    fn line(&self, timeout: Duration) -> String {
-        self.lines
-            .recv_timeout(timeout)
-            .unwrap_or_else(|_| panic!("no output from locksmith run; stderr: {}", self.stderr()))
-    }
-
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    fn wait(&mut self, timeout: Duration) -> std::process::ExitStatus {
-        let until = std::time::Instant::now() + timeout;
-        loop {
-            if let Ok(Some(s)) = self.child.try_wait() {
-                // Let the stderr reader finish.
-                std::thread::sleep(Duration::from_millis(50));
-                return s;
-            }
-            assert!(std::time::Instant::now() < until, "locksmith run did not exit; stderr: {}", self.stderr());
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-}
-
-impl Drop for RunProcess {
-    fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(self.pid(), nix::sys::signal::Signal::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn kill_pid(pid: i32) {
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-}
-
-fn alive(pid: i32) -> bool {
-    // Signal 0 checks existence; a zombie counts as gone for our purpose only once reaped, so
-    // also look at /proc state.
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    !stat.is_empty() && !stat.contains(") Z ")
-}
-
-/// §2.2: a holder killed with `kill -9` frees the lock for a waiter within TTL + margin, and
-/// the waiter's token is higher.
-pub async fn holder_killed_with_sigkill_frees_the_lock_within_ttl(t: &dyn Target) {
-    let name = unique("kill9");
-    let mut holder = RunProcess::spawn(t, &name, &["--ttl", "1s"], "echo $$ $LOCKSMITH_TOKEN; exec sleep 60");
-    let first = holder.line(Duration::from_secs(10));
-    let mut parts = first.split_whitespace();
-    let child_pid: i32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let token: u64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    assert!(token > 0, "LOCKSMITH_TOKEN missing: {first:?}");
-    let _ = holder.child.kill();
-    let _ = holder.child.wait();
-    let killed = tokio::time::Instant::now();
-    let waiter = client(t, TTL).await;
-    let g = waiter
-        .lock_with(&name, LockOptions::new().timeout(Duration::from_secs(5)))
-        .await
-        .unwrap_or_else(|e| panic!("waiter did not get the lock after the holder died: {e}"));
-    let waited = killed.elapsed();
-    kill_pid(child_pid);
-    assert!(waited < SHORT_TTL + Duration::from_millis(1500), "waited {waited:?} for a dead holder's lock");
-    assert!(g.token() > token, "token {} not above the dead holder's {token}", g.token());
-    let _ = g.unlock().await;
-    waiter.close().await;
-}
-
-/// §2.5: a holder paused (SIGSTOP) past its TTL stopped trusting its hold before the next
-/// holder was granted; after SIGCONT it stops its command and exits 76; the next token is higher.
-pub async fn holder_paused_past_ttl_knows_it_lost_before_the_next_grant(t: &dyn Target) {
-    let name = unique("pause");
-    let mut holder =
-        RunProcess::spawn(t, &name, &["--ttl", "1s", "--kill-grace", "1s"], "echo $$ $LOCKSMITH_TOKEN; exec sleep 60");
-    let first = holder.line(Duration::from_secs(10));
-    let mut parts = first.split_whitespace();
-    let child_pid: i32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let token: u64 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-    let _ = nix::sys::signal::kill(holder.pid(), nix::sys::signal::Signal::SIGSTOP);
-    let waiter = client(t, TTL).await;
-    let g = waiter
-        .lock_with(&name, LockOptions::new().timeout(Duration::from_secs(5)))
-        .await
-        .unwrap_or_else(|e| panic!("waiter did not get the lock from a paused holder: {e}"));
-    let granted_ms = unix_ms();
-    assert!(g.token() > token, "token {} not above the paused holder's {token}", g.token());
-    let _ = nix::sys::signal::kill(holder.pid(), nix::sys::signal::Signal::SIGCONT);
-    let status = holder.wait(Duration::from_secs(5));
-    kill_pid(child_pid);
-    assert_eq!(status.code(), Some(76), "a holder that lost its lock must exit 76; stderr: {}", holder.stderr());
-    let stderr = holder.stderr();
-    let safe_until: u128 = stderr
-        .split("unix_ms=")
-        .nth(1)
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no unix_ms= in stderr: {stderr}"));
-    assert!(safe_until <= granted_ms, "holder trusted its hold until {safe_until}, next grant seen at {granted_ms}");
-    assert!(!alive(child_pid), "the command of a holder that lost its lock is still running");
-    let _ = g.unlock().await;
-    waiter.close().await;
-}
-
-/// `locksmith run`: Ctrl-C while waiting stops waiting and leaves no waiter behind.
-pub async fn interrupted_run_leaves_no_waiter(t: &dyn Target) {
-    let name = unique("sigint");
-    let a = client(t, TTL).await;
-    let g = a.lock(&name).await.unwrap_or_else(|e| panic!("lock: {e}"));
-    let mut waiting = RunProcess::spawn(t, &name, &[], "echo ran");
-    until_waiters(t, &a, &name, 1).await;
-    let _ = nix::sys::signal::kill(waiting.pid(), nix::sys::signal::Signal::SIGINT);
-    let status = waiting.wait(Duration::from_secs(5));
-    assert_eq!(status.code(), Some(130), "stderr: {}", waiting.stderr());
-    assert!(waiting.lines.try_recv().is_err(), "the command ran although the lock was never acquired");
-    if t.caps().reports_waiters {
-        assert_eq!(waiters(&a, &name).await, 0, "an interrupted run left its waiter");
-    }
-    let _ = g.unlock().await;
-    a.close().await;
-}
-
-/// `locksmith run`: exit codes — CMD's own, 75 when not acquired (`--no-wait`, `--timeout`),
-/// and signals forwarded to CMD.
-pub async fn run_reports_exit_codes_and_forwards_signals(t: &dyn Target) {
-    let name = unique("codes");
-    let mut ok = RunProcess::spawn(t, &name, &[], "exit 7");
-    assert_eq!(ok.wait(Duration::from_secs(10)).code(), Some(7), "stderr: {}", ok.stderr());
-    let a = client(t, TTL).await;
-    let g = a.lock(&name).await.unwrap_or_else(|e| panic!("lock: {e}"));
-    let mut no_wait = RunProcess::spawn(t, &name, &["--no-wait"], "echo ran");
-    assert_eq!(no_wait.wait(Duration::from_secs(10)).code(), Some(75), "stderr: {}", no_wait.stderr());
-    let mut timeout = RunProcess::spawn(t, &name, &["--timeout", "300ms"], "echo ran");
-    assert_eq!(timeout.wait(Duration::from_secs(10)).code(), Some(75), "stderr: {}", timeout.stderr());
-    let _ = g.unlock().await;
-    let mut fwd = RunProcess::spawn(t, &name, &[], "trap 'exit 42' TERM; echo ready; while true; do sleep 0.05; done");
-    fwd.line(Duration::from_secs(10));
-    let _ = nix::sys::signal::kill(fwd.pid(), nix::sys::signal::Signal::SIGTERM);
-    assert_eq!(fwd.wait(Duration::from_secs(10)).code(), Some(42), "stderr: {}", fwd.stderr());
-    let mut counts = HashMap::new();
-    for l in a.status(Some(&name)).await.unwrap_or_default() {
-        counts.insert(l.name.clone(), l.waiters_or_zero());
-    }
-    assert_eq!(counts.get(&name).copied().unwrap_or(0), 0);
-    a.close().await;
+    panic!("{name}: {n} waiters never showed in status");
 }
 
 /// Expands one `#[tokio::test]` per in-process contract property for the [`Target`] built by
@@ -617,19 +410,5 @@ macro_rules! conformance_suite {
                 $crate::conformance::$name(&target).await;
             }
         )*
-    };
-}
-
-/// Expands one `#[tokio::test]` per process property (real `locksmith run` processes, kill -9,
-/// SIGSTOP, SIGINT) for the [`Target`] built by `$make`, whose `cli()` must be set.
-#[macro_export]
-macro_rules! process_conformance_suite {
-    ($make:expr) => {
-        $crate::conformance_suite!(@each $make;
-            holder_killed_with_sigkill_frees_the_lock_within_ttl,
-            holder_paused_past_ttl_knows_it_lost_before_the_next_grant,
-            interrupted_run_leaves_no_waiter,
-            run_reports_exit_codes_and_forwards_signals
-        );
     };
 }

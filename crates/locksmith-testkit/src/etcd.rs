@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::port::free_port;
-use crate::process::ChildProcess;
+use crate::process::{spawn, ChildProcess};
 
 /// A single-node `etcd` on 127.0.0.1 with its own client and peer ports and temp data dir;
 /// killed by PID on drop. Heartbeat 50 ms and election timeout 500 ms, so the server's minimum
@@ -113,7 +113,7 @@ impl EtcdServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log);
-        let p = ChildProcess::spawn("etcd", &mut cmd);
+        let p = spawn("etcd", &mut cmd);
         self.process = Some(p);
         let until = Instant::now() + Duration::from_secs(30);
         loop {

@@ -1,6 +1,9 @@
 //! Real servers for tests: each started as its own process on 127.0.0.1 with a free port and a
 //! temp dir, and ended (by PID) on drop. A server that cannot start fails the test with the
 //! command that installs what is missing; nothing is skipped silently.
+//!
+//! Also the process properties of the contract ([`process_conformance`]): real `locksmith run`
+//! processes killed, paused and interrupted, for the CLI's tests.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod etcd;
@@ -9,7 +12,9 @@ mod native;
 mod port;
 mod postgres;
 mod process;
+pub mod process_conformance;
 mod redis;
+mod run_process;
 mod zk;
 
 pub use etcd::EtcdServer;
@@ -17,6 +22,7 @@ pub use mysql::{MySqlServer, MYSQL_SETUP};
 pub use native::NativeServer;
 pub use port::free_port;
 pub use postgres::{PostgresServer, POSTGRES_SETUP};
-pub use process::ChildProcess;
+pub use process::{spawn, ChildProcess};
+pub use process_conformance::CliTarget;
 pub use redis::{interop_python, RedisServer, REDIS_SETUP};
 pub use zk::ZkServer;

@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::port::free_port;
-use crate::process::{account, run_ok, watchdog, ChildProcess};
+use crate::process::{account, run_ok, spawn, watchdog, ChildProcess};
 
 /// How to get MariaDB when it is missing.
 pub const MYSQL_SETUP: &str = "bash scripts/setup.sh (installs Debian's mariadb-server)";
@@ -68,7 +68,7 @@ impl MySqlServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let p = ChildProcess::spawn("mariadbd", &mut cmd);
+        let p = spawn("mariadbd", &mut cmd);
         let wd = watchdog("mariadbd", p.pid(), dir.path());
         let s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
         let until = Instant::now() + Duration::from_secs(30);

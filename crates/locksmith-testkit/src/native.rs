@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::port::{free_port, wait_listening};
-use crate::process::ChildProcess;
+use crate::process::{spawn, ChildProcess};
 
 /// A `locksmith serve` process; killed by PID on drop, its temp data dir removed.
 #[derive(Debug)]
@@ -82,7 +82,7 @@ impl NativeServer {
             .args(&self.args)
             .env("LOCKSMITH_LOG", "warn")
             .stdin(Stdio::null());
-        let mut p = ChildProcess::spawn("locksmith serve", &mut cmd);
+        let mut p = spawn("locksmith serve", &mut cmd);
         if !wait_listening(self.port, Duration::from_secs(20)) {
             let status = p.wait_timeout(Duration::from_millis(10));
             panic!(

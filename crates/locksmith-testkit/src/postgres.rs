@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::port::free_port;
-use crate::process::{account, run_ok, watchdog, ChildProcess};
+use crate::process::{account, run_ok, spawn, watchdog, ChildProcess};
 
 /// How to get PostgreSQL when it is missing.
 pub const POSTGRES_SETUP: &str = "bash scripts/setup.sh (installs Debian's postgresql)";
@@ -60,7 +60,7 @@ impl PostgresServer {
         let mut cmd = Command::new(bin("postgres"));
         cmd.arg("-D").arg(&data).current_dir(dir.path()).uid(uid).gid(gid).stdin(Stdio::null()).stdout(Stdio::null());
         cmd.stderr(Stdio::null());
-        let p = ChildProcess::spawn("postgres", &mut cmd);
+        let p = spawn("postgres", &mut cmd);
         let wd = watchdog("postgres", p.pid(), dir.path());
         let mut s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
         s.wait_ready();

@@ -7,7 +7,7 @@ use std::time::Duration;
 use nix::sys::signal::Signal;
 
 use crate::port::{free_port, wait_listening};
-use crate::process::ChildProcess;
+use crate::process::{spawn, ChildProcess};
 
 /// How to get `redis-server` when it is missing.
 pub const REDIS_SETUP: &str = "bash scripts/setup.sh (installs Debian's redis-server)";
@@ -113,7 +113,7 @@ impl RedisServer {
         } else {
             cmd.args(["--appendonly", "no"]);
         }
-        let p = ChildProcess::spawn("redis-server", &mut cmd);
+        let p = spawn("redis-server", &mut cmd);
         assert!(
             wait_listening(self.port, Duration::from_secs(20)),
             "redis-server did not listen on 127.0.0.1:{} within 20 s",

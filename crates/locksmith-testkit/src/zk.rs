@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::port::free_port;
-use crate::process::ChildProcess;
+use crate::process::{spawn, ChildProcess};
 
 /// How to get ZooKeeper when it is missing.
 pub const ZK_SETUP: &str = "bash scripts/setup.sh (installs Debian's zookeeper and a JDK)";
@@ -125,7 +125,7 @@ impl ZkServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        let p = ChildProcess::spawn("zookeeper", &mut cmd);
+        let p = spawn("zookeeper", &mut cmd);
         // A server shared by a whole test binary (a static) is never dropped: this watchdog kills
         // it when the test process is gone.
         let mut wd = Command::new("sh");
@@ -138,7 +138,7 @@ impl ZkServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
-        self.watchdog = Some(ChildProcess::spawn("zookeeper watchdog", &mut wd));
+        self.watchdog = Some(spawn("zookeeper watchdog", &mut wd));
         let until = Instant::now() + Duration::from_secs(30);
         while !ruok(self.port) {
             assert!(Instant::now() < until, "zookeeper did not answer ruok on 127.0.0.1:{} within 30 s", self.port);

@@ -17,7 +17,7 @@ use super::report::BackendReport;
 use super::stats::cdf;
 
 /// DejaVu Sans, registered as plotters' `sans-serif`.
-const FONT: &[u8] = include_bytes!("../../assets/DejaVuSans.ttf");
+const FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
 
 /// Width and height of the image, in pixels.
 const SIZE: (u32, u32) = (1280, 520);
@@ -199,4 +199,18 @@ fn throughput<DB: DrawingBackend>(
         .label_font(("sans-serif", 12))
         .draw()
         .map_err(err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `--plot` takes .svg and .png (any case) and refuses everything else before a run.
+    #[test]
+    fn plot_format_comes_from_the_extension() {
+        assert_eq!(check_path(Path::new("bench.svg")), Ok(Format::Svg));
+        assert_eq!(check_path(Path::new("out/BENCH.PNG")), Ok(Format::Png));
+        assert!(check_path(Path::new("bench.jpg")).unwrap_err().contains(".svg or .png"));
+        assert!(check_path(Path::new("bench")).is_err());
+    }
 }

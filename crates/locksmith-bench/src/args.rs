@@ -17,7 +17,7 @@ pub struct BenchArgs {
         long = "backend",
         value_name = "URL",
         env = "LOCKSMITH_BACKEND",
-        default_value = crate::DEFAULT_BACKEND
+        default_value = locksmith_cli_common::DEFAULT_BACKEND
     )]
     pub backends: Vec<String>,
     /// Which workloads to run (comma-separated); all by default.
@@ -39,7 +39,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 50, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub releases: u32,
     /// Session lease of every client.
-    #[arg(long, default_value = "10s", value_parser = crate::duration_arg)]
+    #[arg(long, default_value = "10s", value_parser = locksmith_cli_common::duration_arg)]
     pub ttl: Duration,
     /// Print one JSON document instead of a table.
     #[arg(long)]
@@ -77,7 +77,7 @@ pub enum Workload {
 
 /// Parses a duration for clap and refuses zero.
 fn positive_duration(s: &str) -> Result<Duration, String> {
-    match crate::duration_arg(s)? {
+    match locksmith_cli_common::duration_arg(s)? {
         d if d.is_zero() => Err("must be longer than zero".into()),
         d => Ok(d),
     }

@@ -120,3 +120,27 @@ pub(crate) fn median(values: impl Iterator<Item = f64>) -> Option<f64> {
         (None, _) => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The median of an odd count is the middle value, of an even count the mean of the two
+    /// middle ones, of nothing `None`.
+    #[test]
+    fn median_of_odd_even_and_no_values() {
+        assert_eq!(median([3.0, 1.0, 2.0].into_iter()), Some(2.0));
+        assert_eq!(median([4.0, 1.0, 3.0, 2.0].into_iter()), Some(2.5));
+        assert_eq!(median(std::iter::empty()), None);
+    }
+
+    /// Fairness is fewest ÷ most acquisitions of one worker; rate counts every worker.
+    #[test]
+    fn fairness_and_rate_over_workers() {
+        let mut run = Run::new().unwrap();
+        run.acquisitions = vec![50, 100, 80];
+        run.elapsed = Duration::from_secs(2);
+        assert_eq!(run.fairness(), 0.5);
+        assert_eq!(run.rate(), 115.0);
+    }
+}

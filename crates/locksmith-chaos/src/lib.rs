@@ -1,24 +1,31 @@
 //! `locksmith chaos`: a Jepsen-style safety harness, bounded in time and loopback only.
 //!
-//! Worker processes ([`worker`]) contend for one lock and, under it, increment a fenced
-//! register ([`register`]) that the harness serves; a nemesis ([`nemesis`]) kills and pauses
-//! workers and the server and partitions or slows the network through fault proxies
-//! ([`proxy`]); at the end a checker ([`checker`]) reads every history ([`history`]) and the
-//! register's log and reports ([`report`]) stale writes accepted, lost updates, token order
-//! violations and overlapping holds.
+//! The `locksmith` binary parses [`ChaosArgs`] and calls [`chaos`]; the harness starts worker
+//! processes, which are the same binary's hidden `chaos-worker` subcommand ([`WorkerArgs`],
+//! [`chaos_worker`]), and, without `--backend`, its own native server (`locksmith serve`).
+//! `locksmith-cli` turns this crate on with its `chaos` feature.
+//!
+//! Worker processes (`worker.rs`, `workers.rs`) contend for one lock and, under it, increment a
+//! fenced register (`register.rs`) that the harness serves; a nemesis (`nemesis.rs`) kills and
+//! pauses workers and the server (`procs.rs`; every process is a `locksmith_process::ChildProcess`)
+//! and partitions or slows the network through fault proxies (`proxy.rs`, over
+//! `locksmith-faultproxy`); at the end a checker (`checker.rs`) reads every history
+//! (`history.rs`) and the register's log and reports (`report.rs`) stale writes accepted, lost
+//! updates, token order violations and overlapping holds.
 //!
 //! Exit codes: 0 safe; 1 unsafe (a stale write was accepted or a token went backwards); 2 bad
 //! arguments; 69 backend unreachable at start; 70 the harness itself failed; 130 interrupted.
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
-pub mod checker;
-pub mod history;
-pub mod nemesis;
-pub mod procs;
-pub mod proxy;
-pub mod register;
-pub mod report;
-pub mod worker;
-pub mod workers;
+mod checker;
+mod history;
+mod nemesis;
+mod procs;
+mod proxy;
+mod register;
+mod report;
+mod worker;
+mod workers;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -28,8 +35,10 @@ use clap::Args;
 use locksmith::LockOptions;
 use tokio::sync::watch;
 
-use crate::exit;
-use nemesis::{FaultKind, Target};
+use locksmith_cli_common::{duration_arg, exit, DurabilityArg};
+
+pub use nemesis::{FaultKind, Target};
+pub use worker::{chaos_worker, WorkerArgs};
 
 /// Arguments of `locksmith chaos`.
 #[derive(Debug, Args)]
@@ -49,10 +58,10 @@ pub struct ChaosArgs {
     #[arg(long, default_value = "30s", value_parser = run_length)]
     pub duration: Duration,
     /// Session lease of every worker.
-    #[arg(long, default_value = "1s", value_parser = crate::duration_arg)]
+    #[arg(long, default_value = "1s", value_parser = duration_arg)]
     pub ttl: Duration,
     /// Longest sleep between reading and writing the register [default: TTL/5].
-    #[arg(long, value_parser = crate::duration_arg)]
+    #[arg(long, value_parser = duration_arg)]
     pub hold: Option<Duration>,
     /// Faults to inject, comma-separated [default: every kind that applies to the backend].
     #[arg(long, value_enum, value_delimiter = ',')]
@@ -81,12 +90,12 @@ pub struct ChaosArgs {
     /// `--durability` of the harness's own native server (`grants` or `leases`, see
     /// `locksmith serve --help`); refused with `--backend`.
     #[arg(long, value_enum)]
-    pub durability: Option<crate::serve::DurabilityArg>,
+    pub durability: Option<DurabilityArg>,
 }
 
 /// Parses the run length: more than zero, at most one hour (the harness is bounded in time).
 fn run_length(s: &str) -> Result<Duration, String> {
-    match crate::duration_arg(s)? {
+    match duration_arg(s)? {
         d if d.is_zero() => Err("must be longer than zero".into()),
         d if d > Duration::from_secs(3600) => Err("at most 1h".into()),
         d => Ok(d),
@@ -241,7 +250,7 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
 
     let mut server = match own_server {
         true => Some(
-            procs::Server::start(&exe, temp.path(), args.durability.unwrap_or(crate::serve::DurabilityArg::Grants))
+            procs::Server::start(&exe, temp.path(), args.durability.unwrap_or(DurabilityArg::Grants))
                 .await
                 .map_err(|e| Stop::software(format!("cannot start the native server: {e}")))?,
         ),

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 
 use super::history::{Event, HistoryWriter};
 use super::register::{RegisterClient, WriteOutcome};
-use crate::exit;
+use locksmith_cli_common::{duration_arg, exit};
 
 /// Arguments of the hidden `locksmith chaos-worker`, passed by `locksmith chaos`.
 #[derive(Debug, Args)]
@@ -35,10 +35,10 @@ pub struct WorkerArgs {
     #[arg(long)]
     pub register: SocketAddr,
     /// Session lease.
-    #[arg(long, value_parser = crate::duration_arg)]
+    #[arg(long, value_parser = duration_arg)]
     pub ttl: Duration,
     /// Longest sleep between read and write.
-    #[arg(long, value_parser = crate::duration_arg)]
+    #[arg(long, value_parser = duration_arg)]
     pub hold: Duration,
     /// This worker's id.
     #[arg(long)]

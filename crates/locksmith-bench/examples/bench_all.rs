@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! cargo build --release -p locksmith-cli
-//! cargo run --release -p locksmith-cli --example bench_all -- target/release/locksmith \
+//! cargo run --release -p locksmith-bench --example bench_all -- target/release/locksmith \
 //!     --duration 2s --rounds 2 --plot docs/bench.svg
 //! ```
 //!

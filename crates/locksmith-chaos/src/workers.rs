@@ -2,13 +2,14 @@
 //! restarted worker appends to a new file, so every incarnation's events are kept).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use locksmith_process::ChildProcess;
 use nix::sys::signal::Signal;
 
-use super::procs::Proc;
+use super::procs;
 
 /// What every worker is started with.
 #[derive(Debug, Clone)]
@@ -36,7 +37,7 @@ pub struct Spec {
 /// One worker slot: its current process and how many times it was started.
 #[derive(Debug)]
 struct Slot {
-    proc: Option<Proc>,
+    proc: Option<ChildProcess>,
     incarnation: u32,
 }
 
@@ -67,11 +68,6 @@ impl Workers {
     /// How many workers.
     pub fn len(&self) -> u32 {
         u32::try_from(self.slots.len()).unwrap_or(u32::MAX)
-    }
-
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
     }
 
     /// Every history file written so far (one per incarnation).
@@ -118,7 +114,7 @@ impl Workers {
         if spec.unfenced {
             cmd.arg("--unfenced");
         }
-        let proc = Proc::spawn(&mut cmd)?;
+        let proc = procs::spawn("locksmith chaos-worker", &mut cmd)?;
         self.slot(id)?.proc = Some(proc);
         self.histories.push(history);
         Ok(())
@@ -148,7 +144,7 @@ impl Workers {
     pub fn early_exits(&mut self) -> Vec<String> {
         let mut out = Vec::new();
         for (i, s) in self.slots.iter_mut().enumerate() {
-            if let Some(status) = s.proc.as_mut().and_then(Proc::exited) {
+            if let Some(status) = s.proc.as_mut().and_then(ChildProcess::try_wait) {
                 out.push(format!("worker {} (incarnation {}): {status}", i + 1, s.incarnation));
             }
         }
@@ -169,13 +165,8 @@ impl Workers {
         }
         for s in &mut self.slots {
             if let Some(mut p) = s.proc.take() {
-                p.stop(grace).await;
+                procs::stop(&mut p, grace).await;
             }
         }
-    }
-
-    /// The directory of histories and logs.
-    pub fn dir(&self) -> &Path {
-        &self.spec.dir
     }
 }

@@ -47,11 +47,6 @@ impl Proxies {
         self.list.len()
     }
 
-    /// Whether there are none.
-    pub fn is_empty(&self) -> bool {
-        self.list.is_empty()
-    }
-
     /// The host behind proxy `i`.
     pub fn host(&self, i: usize) -> &str {
         self.list.get(i).map(|(h, _)| h.as_str()).unwrap_or("?")

@@ -1,4 +1,7 @@
-//! `locksmith bench`: lock latency and throughput of one or more backends.
+//! `locksmith bench`: lock latency and throughput of one or more backends. The `locksmith`
+//! binary parses [`BenchArgs`] and calls [`bench()`]; this crate keeps the measuring, the
+//! raw-recipe baselines with their client crates, the tables, JSON and plots out of the
+//! binary's crate (`locksmith-cli` turns it on with its `bench` feature).
 //!
 //! Five workloads (select with `--workloads`; all by default) run against each backend:
 //!
@@ -21,6 +24,21 @@
 //! reported is the median over the rounds. A table goes to stdout (or one JSON document with
 //! `--json`), `--plot FILE.svg` draws the results, and a progress bar shows on stderr when it is
 //! a terminal.
+//!
+//! # Features
+//!
+//! One per backend family, all on by default; each turns on the `locksmith` facade's driver
+//! and, where the backend has a plain recipe, that baseline and its client crate:
+//!
+//! - `redis`: `redis://` (baseline `SET NX PX` + Lua delete, the `redis` crate);
+//! - `redlock`: `redlock://` (no baseline);
+//! - `etcd`: `etcd://` (baseline txn on a lease, the driver's raw client);
+//! - `zk`: `zk://` (baseline ephemeral node, `zookeeper-client`);
+//! - `sql`: `postgres://`, `mysql://`, `sqlite://` (baselines advisory lock and `GET_LOCK`,
+//!   `sqlx`).
+//!
+//! The native server (`locksmith://`) and `memory://` are always measured.
+#![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod args;
 mod baseline;
@@ -41,7 +59,7 @@ pub use args::{BenchArgs, Workload};
 pub use report::Figures;
 pub use workloads::WARMUP_CYCLES;
 
-use crate::exit;
+use locksmith_cli_common::exit;
 use progress::Progress;
 use report::{workload_name, BackendReport, Report, Round};
 use stats::Failure;

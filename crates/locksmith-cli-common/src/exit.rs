@@ -1,0 +1,36 @@
+//! Exit codes (sysexits where one fits), and the mapping from library errors.
+
+use std::process::ExitCode;
+
+/// Bad arguments (also what clap uses).
+pub const USAGE: u8 = 2;
+/// The backend could not be reached.
+pub const UNAVAILABLE: u8 = 69;
+/// Internal failure.
+pub const SOFTWARE: u8 = 70;
+/// The data directory is unusable.
+pub const DATA: u8 = 65;
+/// `run`: the lock was not acquired (timeout, or held and `--no-wait`); nothing ran.
+pub const NOT_ACQUIRED: u8 = 75;
+/// `run`: the lock was lost while the command ran; the command was stopped.
+pub const LOST: u8 = 76;
+
+/// Prints `err` and returns the exit code that classifies it.
+pub fn report(context: &str, err: &locksmith_core::Error) -> ExitCode {
+    eprintln!("locksmith {context}: {err}");
+    ExitCode::from(code_for(err))
+}
+
+/// The exit code for a library error.
+pub fn code_for(err: &locksmith_core::Error) -> u8 {
+    use locksmith_core::Error as E;
+    match err {
+        E::InvalidName(_) | E::InvalidTtl { .. } | E::InvalidArgument(_) | E::InvalidUrl { .. } | E::Unfenced(_) => {
+            USAGE
+        }
+        E::Unavailable { .. } => UNAVAILABLE,
+        E::Timeout => NOT_ACQUIRED,
+        E::Corrupt(_) => DATA,
+        _ => 1,
+    }
+}

@@ -1,0 +1,102 @@
+//! A `locksmith run` process under test, with its output captured: stdout line by line (to
+//! read what the command printed while it runs), stderr whole (for messages and the loss line).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+use crate::process::{spawn, ChildProcess};
+
+/// `locksmith run NAME --backend URL ARGS… -- sh -c SCRIPT`, killed on drop.
+#[derive(Debug)]
+pub(crate) struct RunProcess {
+    process: ChildProcess,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl RunProcess {
+    /// Starts `bin run NAME --backend URL ARGS… -- sh -c SCRIPT`.
+    ///
+    /// # Panics
+    /// When the binary cannot be started.
+    pub(crate) fn spawn(bin: &Path, url: &str, name: &str, args: &[&str], script: &str) -> Self {
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
+            .arg(name)
+            .arg("--backend")
+            .arg(url)
+            .args(args)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut process = spawn("locksmith run", &mut cmd);
+        let (tx, lines) = mpsc::channel();
+        if let Some(out) = process.take_stdout() {
+            std::thread::spawn(move || {
+                for line in BufReader::new(out).lines().map_while(Result::ok) {
+                    let _ = tx.send(line);
+                }
+            });
+        }
+        let stderr = Arc::new(Mutex::new(String::new()));
+        if let Some(mut err) = process.take_stderr() {
+            let sink = stderr.clone();
+            std::thread::spawn(move || {
+                let mut s = String::new();
+                let _ = err.read_to_string(&mut s);
+                sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&s);
+            });
+        }
+        Self { process, lines, stderr }
+    }
+
+    /// Sends `sig` to `locksmith run` itself.
+    pub(crate) fn signal(&self, sig: Signal) {
+        self.process.signal(sig);
+    }
+
+    /// `kill -9` and reap.
+    pub(crate) fn kill9(&mut self) {
+        self.process.kill9();
+    }
+
+    /// The next line of stdout.
+    ///
+    /// # Panics
+    /// When none comes within `timeout`; the message has stderr.
+    pub(crate) fn line(&self, timeout: Duration) -> String {
+        self.lines
+            .recv_timeout(timeout)
+            .unwrap_or_else(|_| panic!("no output from locksmith run; stderr: {}", self.stderr()))
+    }
+
+    /// Whether stdout has a line that was not read yet.
+    pub(crate) fn has_line(&self) -> bool {
+        self.lines.try_recv().is_ok()
+    }
+
+    /// Stderr so far.
+    pub(crate) fn stderr(&self) -> String {
+        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Waits for the exit.
+    ///
+    /// # Panics
+    /// When it does not exit within `timeout`; the message has stderr.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> ExitStatus {
+        let Some(status) = self.process.wait_timeout(timeout) else {
+            panic!("locksmith run did not exit; stderr: {}", self.stderr());
+        };
+        // Let the stderr reader finish.
+        std::thread::sleep(Duration::from_millis(50));
+        status
+    }
+}

@@ -53,7 +53,7 @@ pub(crate) async fn herd(
         Ok(()) => run(&clients, name, releases, progress).await,
         Err(e) => Err(e),
     };
-    progress.say(format!("herd on {url}: closing {} sessions", clients.len()));
+    progress.say(format!("herd on {}: closing {} sessions", locksmith::driver::redact(url), clients.len()));
     close_all(clients).await;
     result
 }
@@ -92,7 +92,7 @@ async fn open_sessions(
             }
         }
         if clients.len().is_multiple_of(OPENING_AT_ONCE) {
-            progress.say(format!("herd on {url}: {}/{n} sessions open", clients.len()));
+            progress.say(format!("herd on {}: {}/{n} sessions open", locksmith::driver::redact(url), clients.len()));
         }
     }
     match failure {

@@ -116,7 +116,8 @@ pub async fn bench(args: BenchArgs) -> ExitCode {
         .iter()
         .zip(rounds)
         .map(|(url, rounds)| BackendReport {
-            backend: url.clone(),
+            // Reports, tables, plots and their legends are shared: never with a password.
+            backend: locksmith::driver::redact(url),
             baseline_recipe: baseline::recipe(url).filter(|_| args.runs(Workload::Baseline)),
             median: Figures::median(&rounds),
             rounds,
@@ -149,7 +150,8 @@ async fn measure(
     let (ttl, duration) = (args.ttl, args.duration);
     let mut r = Round::new();
     for &w in &args.workloads {
-        progress.say(format!("round {}/{}: {} on {url}", round + 1, args.rounds, workload_name(w)));
+        let shown = locksmith::driver::redact(url);
+        progress.say(format!("round {}/{}: {} on {shown}", round + 1, args.rounds, workload_name(w)));
         match w {
             Workload::Uncontended => {
                 let names = vec![format!("{tag}-u")];
@@ -191,9 +193,11 @@ async fn measure(
 /// Prints what stopped the bench and returns the exit code for it.
 fn report_failure(url: &str, workload: &str, failure: Failure) -> ExitCode {
     match failure {
-        Failure::Backend(e) => exit::report(&format!("bench: {workload} workload on {url}"), &e),
+        Failure::Backend(e) => {
+            exit::report(&format!("bench: {workload} workload on {}", locksmith::driver::redact(url)), &e)
+        }
         Failure::Internal(message) => {
-            eprintln!("locksmith bench: {workload} workload on {url}: {message}");
+            eprintln!("locksmith bench: {workload} workload on {}: {message}", locksmith::driver::redact(url));
             ExitCode::from(exit::SOFTWARE)
         }
     }

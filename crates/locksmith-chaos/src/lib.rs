@@ -350,7 +350,7 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
     };
     let findings = checker::check(&records, &log, value, !args.unfenced);
     let setup = report::Setup {
-        backend: report::redact(&url),
+        backend: locksmith::driver::redact(&url),
         own_server,
         lock: args.lock.clone(),
         workers: args.workers,

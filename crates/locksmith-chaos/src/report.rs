@@ -102,31 +102,3 @@ impl Report {
         )
     }
 }
-
-/// `url` without the password (`user:secret@` → `user:***@`), for the report.
-pub fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else { return url.to_string() };
-    let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
-    let (authority, tail) = rest.split_at(authority_end);
-    match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let user =
-                userinfo.split_once(':').map(|(u, _)| format!("{u}:***")).unwrap_or_else(|| userinfo.to_string());
-            format!("{scheme}://{user}@{hosts}{tail}")
-        }
-        None => url.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn passwords_never_reach_the_report() {
-        assert_eq!(redact("postgres://me:secret@127.0.0.1:5432/db?x=1"), "postgres://me:***@127.0.0.1:5432/db?x=1");
-        assert_eq!(redact("mysql://root@127.0.0.1:3306/db"), "mysql://root@127.0.0.1:3306/db");
-        assert_eq!(redact("redis://127.0.0.1:6379"), "redis://127.0.0.1:6379");
-        assert_eq!(redact("sqlite:///tmp/a@b/locks.db"), "sqlite:///tmp/a@b/locks.db");
-    }
-}

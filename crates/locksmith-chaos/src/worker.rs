@@ -25,8 +25,9 @@ use locksmith_cli_common::{duration_arg, exit};
 /// Arguments of the hidden `locksmith chaos-worker`, passed by `locksmith chaos`.
 #[derive(Debug, Args)]
 pub struct WorkerArgs {
-    /// Backend URL (already pointing at the fault proxies, if any).
-    #[arg(long)]
+    /// Backend URL (already pointing at the fault proxies, if any). Passed in the environment,
+    /// not on the command line, where `ps` would show a password.
+    #[arg(long, env = "LOCKSMITH_BACKEND", hide_env_values = true)]
     pub backend: String,
     /// The lock all workers contend for.
     #[arg(long)]

@@ -89,8 +89,7 @@ impl Workers {
         let stderr = std::fs::OpenOptions::new().create(true).append(true).open(spec.dir.join("workers.log"))?;
         let mut cmd = Command::new(&spec.exe);
         cmd.arg("chaos-worker")
-            .arg("--backend")
-            .arg(&spec.url)
+            .env("LOCKSMITH_BACKEND", &spec.url)
             .arg("--lock")
             .arg(&spec.lock)
             .arg("--register")

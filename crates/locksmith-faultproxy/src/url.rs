@@ -7,32 +7,20 @@
 
 use std::error::Error;
 
+use locksmith_core::driver::{BackendUrl, HostPort};
+
 /// A backend URL whose hosts cannot be listed or rewritten.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum UrlError {
-    /// No `scheme://`.
-    #[error("expected scheme://host:port…, e.g. locksmith://127.0.0.1:7531")]
-    NoScheme,
-    /// A scheme this crate does not know.
-    #[error("unknown scheme {scheme:?}; known: locksmith, redis, redlock, etcd, zk, postgres, postgresql, mysql")]
-    UnknownScheme {
-        /// The scheme as written.
-        scheme: String,
-    },
+    /// Not a backend URL locksmith can parse (the message shows it without its password).
+    #[error("{0}")]
+    Invalid(#[from] locksmith_core::Error),
     /// A backend reached without the network (`sqlite://path`, `memory://`): nothing to proxy.
     #[error("{scheme}:// names no network host, so it cannot be put behind a proxy")]
     NoHosts {
         /// The scheme as written.
         scheme: String,
-    },
-    /// One entry of the host list is not `host[:port]`.
-    #[error("{host:?} is not host:port: {reason}")]
-    BadHost {
-        /// The entry as written.
-        host: String,
-        /// What is wrong with it.
-        reason: &'static str,
     },
     /// The caller's map refused a host.
     #[error("no replacement for {host}: {source}")]
@@ -44,14 +32,9 @@ pub enum UrlError {
     },
 }
 
-/// Every `host:port` of a backend URL, in the order written: `locksmith://h:p`,
-/// `redis://[user:pass@]h:p[/db][?q]`, `redlock://h1:p1,h2:p2`, `etcd://h1:p1[,h2:p2]`,
-/// `zk://h1:p1[,h2:p2][/chroot]`, `postgres(ql)://user:pass@h:p/db?q`, `mysql://…`.
-///
-/// Hosts are what the URL says (an IPv4 literal, a `[v6]` literal or a name), except
-/// `localhost`, which becomes `127.0.0.1` so the result can be parsed as a socket address.
-/// A missing port becomes the scheme's default (locksmith 7531, redis/redlock 6379,
-/// etcd 2379, zk 2181, postgres 5432, mysql 3306).
+/// Every `host:port` of a backend URL, in the order written, as the shared URL parser reads it
+/// ([`BackendUrl`]: a missing port becomes the scheme's default), except `localhost`, which
+/// becomes `127.0.0.1` so the result can be parsed as a socket address.
 ///
 /// ```
 /// let hosts = locksmith_faultproxy::hosts("zk://localhost:2181,10.0.0.2/locks")?;
@@ -60,16 +43,15 @@ pub enum UrlError {
 /// ```
 ///
 /// # Errors
-/// [`UrlError`] for a URL without scheme, an unknown scheme, a backend without hosts
-/// (`sqlite://`, `memory://`) or a malformed host entry.
+/// [`UrlError`] for a URL the shared parser refuses or a backend without hosts (`sqlite://`,
+/// `memory://`).
 pub fn hosts(url: &str) -> Result<Vec<String>, UrlError> {
-    let parts = Parts::split(url)?;
-    parts.hosts.split(',').map(|h| normalise(h, parts.default_port)).collect()
+    Ok(parse(url)?.hosts().iter().map(socket_address).collect())
 }
 
 /// The URL with every `host:port` replaced by `map(host_port)`, where `host_port` is as
 /// [`hosts`] lists it and the result is written in its place verbatim. Everything else in
-/// the URL is kept.
+/// the URL (credentials, path, query) is kept byte for byte.
 ///
 /// ```
 /// let url = "postgres://me:secret@localhost:5432/locks?mode=lease";
@@ -87,81 +69,37 @@ pub fn rewrite_hosts<E>(url: &str, mut map: impl FnMut(&str) -> Result<String, E
 where
     E: Into<Box<dyn Error + Send + Sync>>,
 {
-    let parts = Parts::split(url)?;
+    let parsed = parse(url)?;
+    // The parser accepted it: the authority ends at the first '/', '?' or '#' after "://", and
+    // its hosts begin after its last '@'.
+    let start = url.find("://").map_or(0, |i| i + 3);
+    let rest = &url[start..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let hosts_at = rest[..end].rfind('@').map_or(0, |i| i + 1);
     let mut out = String::with_capacity(url.len());
-    out.push_str(parts.before);
-    for (i, h) in parts.hosts.split(',').enumerate() {
-        let host = normalise(h, parts.default_port)?;
+    out.push_str(&url[..start + hosts_at]);
+    for (i, h) in parsed.hosts().iter().enumerate() {
+        let host = socket_address(h);
         let replacement = map(&host).map_err(|e| UrlError::Map { host, source: e.into() })?;
         if i > 0 {
             out.push(',');
         }
         out.push_str(&replacement);
     }
-    out.push_str(parts.after);
+    out.push_str(&rest[end..]);
     Ok(out)
 }
 
-/// A URL cut around its host list.
-struct Parts<'a> {
-    /// `scheme://` and any `userinfo@`.
-    before: &'a str,
-    /// The comma-separated host list.
-    hosts: &'a str,
-    /// Path, query and fragment.
-    after: &'a str,
-    default_port: u16,
+fn parse(url: &str) -> Result<BackendUrl, UrlError> {
+    let u = BackendUrl::parse(url)?;
+    if !u.scheme().networked {
+        return Err(UrlError::NoHosts { scheme: u.scheme().name.to_string() });
+    }
+    Ok(u)
 }
 
-impl<'a> Parts<'a> {
-    fn split(url: &'a str) -> Result<Parts<'a>, UrlError> {
-        let (scheme, rest) = url.split_once("://").ok_or(UrlError::NoScheme)?;
-        let default_port = match scheme {
-            "locksmith" => 7531,
-            "redis" | "redlock" => 6379,
-            "etcd" => 2379,
-            "zk" => 2181,
-            "postgres" | "postgresql" => 5432,
-            "mysql" => 3306,
-            "sqlite" | "memory" => return Err(UrlError::NoHosts { scheme: scheme.to_string() }),
-            other => return Err(UrlError::UnknownScheme { scheme: other.to_string() }),
-        };
-        // The authority ends at the first '/', '?' or '#' (RFC 3986); credentials end at its
-        // last '@' (a password may contain '@' only percent-encoded, but be lenient).
-        let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-        let (authority, after) = rest.split_at(authority_len);
-        let hosts_at = authority.rfind('@').map_or(0, |i| i + 1);
-        let before_len = scheme.len() + "://".len() + hosts_at;
-        Ok(Parts { before: &url[..before_len], hosts: &authority[hosts_at..], after, default_port })
-    }
-}
-
-/// `host[:port]` → `host:port`, with `localhost` as `127.0.0.1` and the default port filled in.
-fn normalise(entry: &str, default_port: u16) -> Result<String, UrlError> {
-    let bad = |reason| UrlError::BadHost { host: entry.to_string(), reason };
-    let (host, port) = if let Some(v6) = entry.strip_prefix('[') {
-        let (inside, tail) = v6.split_once(']').ok_or_else(|| bad("'[' without ']'"))?;
-        let port = match tail {
-            "" => None,
-            t => Some(t.strip_prefix(':').ok_or_else(|| bad("expected ':' after ']'"))?),
-        };
-        (&entry[..inside.len() + 2], port)
-    } else {
-        match entry.rsplit_once(':') {
-            Some((h, p)) => (h, Some(p)),
-            None => (entry, None),
-        }
-    };
-    if host.is_empty() || host == "[]" {
-        return Err(bad("empty host"));
-    }
-    let port = match port {
-        None => default_port,
-        Some(p) => match p.parse::<u16>() {
-            Ok(p) if p != 0 => p,
-            _ => return Err(bad("port must be a number in 1..=65535")),
-        },
-    };
-    let host = if host.eq_ignore_ascii_case("localhost") { "127.0.0.1" } else { host };
-    Ok(format!("{host}:{port}"))
+/// `host:port`, with `localhost` as `127.0.0.1`.
+fn socket_address(h: &HostPort) -> String {
+    let host = if h.host.eq_ignore_ascii_case("localhost") { "127.0.0.1" } else { &h.host };
+    format!("{host}:{}", h.port)
 }

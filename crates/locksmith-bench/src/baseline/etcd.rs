@@ -19,7 +19,7 @@ pub(super) struct Etcd {
 
 /// Connects to the endpoints of `url` and grants the lease; the key is `<name>-raw`.
 pub(super) async fn connect(url: &str, name: &str, ttl: Duration) -> Result<Etcd, Failure> {
-    let endpoints: Vec<String> = hosts(url).split(',').map(|h| format!("http://{h}")).collect();
+    let endpoints: Vec<String> = hosts(url)?.split(',').map(|h| format!("http://{h}")).collect();
     let mut client = locksmith_etcd::raw::Client::connect(&endpoints).await.map_err(backend("etcd"))?;
     let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
     let lease = client.lease_grant(secs).await.map_err(backend("etcd"))?.id;

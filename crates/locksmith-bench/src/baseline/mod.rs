@@ -18,6 +18,7 @@ mod zk;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use locksmith::driver::BackendUrl;
 use tokio::time::Instant;
 
 use super::stats::{record, Failure, Run};
@@ -46,7 +47,7 @@ trait Recipe: Send {
 pub(crate) fn recipe(url: &str) -> Option<&'static str> {
     match scheme(url) {
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Some(redis::RECIPE),
+        "redis" => Some(redis::RECIPE),
         #[cfg(feature = "etcd")]
         "etcd" => Some(etcd::RECIPE),
         #[cfg(feature = "zk")]
@@ -54,7 +55,7 @@ pub(crate) fn recipe(url: &str) -> Option<&'static str> {
         #[cfg(feature = "sql")]
         "postgres" | "postgresql" => Some(sql::POSTGRES_RECIPE),
         #[cfg(feature = "sql")]
-        "mysql" | "mariadb" => Some(sql::MYSQL_RECIPE),
+        "mysql" => Some(sql::MYSQL_RECIPE),
         _ => None,
     }
 }
@@ -79,7 +80,7 @@ pub(crate) async fn baseline(url: &str, ttl: Duration, duration: Duration, name:
 async fn connect(url: &str, name: &str, ttl: Duration) -> Result<Option<Box<dyn Recipe>>, Failure> {
     match scheme(url) {
         #[cfg(feature = "redis")]
-        "redis" | "rediss" => Ok(Some(Box::new(redis::connect(url, name, ttl).await?))),
+        "redis" => Ok(Some(Box::new(redis::connect(url, name, ttl).await?))),
         #[cfg(feature = "etcd")]
         "etcd" => Ok(Some(Box::new(etcd::connect(url, name, ttl).await?))),
         #[cfg(feature = "zk")]
@@ -87,7 +88,7 @@ async fn connect(url: &str, name: &str, ttl: Duration) -> Result<Option<Box<dyn 
         #[cfg(feature = "sql")]
         "postgres" | "postgresql" => Ok(Some(Box::new(sql::Postgres::connect(url).await?))),
         #[cfg(feature = "sql")]
-        "mysql" | "mariadb" => Ok(Some(Box::new(sql::MySql::connect(url, name).await?))),
+        "mysql" => Ok(Some(Box::new(sql::MySql::connect(url, name).await?))),
         _ => Ok(None),
     }
 }
@@ -123,22 +124,27 @@ fn taken(what: &str) -> Failure {
     Failure::Internal(format!("baseline: {what} found the lock taken"))
 }
 
-fn scheme(url: &str) -> &str {
-    url.split_once("://").map_or("", |(s, _)| s)
+/// The scheme of `url` as the drivers read it ("" when it does not parse).
+fn scheme(url: &str) -> &'static str {
+    BackendUrl::parse(url).map_or("", |u| u.scheme().name)
 }
 
-/// The URL without locksmith's own query options.
+/// What the client crate connects to: the URL with credentials and the client's own options,
+/// without locksmith's (`mode`, `prefix`, `schema`, `pool_size`).
 #[cfg(any(feature = "redis", feature = "sql", test))]
-fn without_query(url: &str) -> &str {
-    url.split_once('?').map_or(url, |(u, _)| u)
+fn driver_url(url: &str) -> Result<String, Failure> {
+    let mut u = BackendUrl::parse(url).map_err(Failure::Backend)?;
+    for ours in ["mode", "prefix", "schema", "pool_size"] {
+        u.take_option(ours);
+    }
+    Ok(u.to_driver_url())
 }
 
-/// `host:port[,host:port…]` of `scheme://hosts[/path][?query]`.
+/// `host:port[,host:port…]` of `url`, default ports filled in.
 #[cfg(any(feature = "etcd", feature = "zk", test))]
-fn hosts(url: &str) -> &str {
-    let rest = url.split_once("://").map_or(url, |(_, r)| r);
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    &rest[..end]
+fn hosts(url: &str) -> Result<String, Failure> {
+    let u = BackendUrl::parse(url).map_err(Failure::Backend)?;
+    Ok(u.hosts().iter().map(ToString::to_string).collect::<Vec<_>>().join(","))
 }
 
 #[cfg(test)]
@@ -150,9 +156,12 @@ mod tests {
     fn urls_are_taken_apart_like_the_drivers_do() {
         assert_eq!(scheme("redis://127.0.0.1:6379/0"), "redis");
         assert_eq!(scheme("no-scheme"), "");
-        assert_eq!(without_query("postgres://u@h/db?mode=advisory"), "postgres://u@h/db");
-        assert_eq!(hosts("etcd://127.0.0.1:2379,127.0.0.1:2380?prefix=x"), "127.0.0.1:2379,127.0.0.1:2380");
-        assert_eq!(hosts("zk://127.0.0.1:2181/chroot"), "127.0.0.1:2181");
+        assert_eq!(
+            driver_url("postgres://u:p%40w@h/db?mode=advisory&sslmode=require").ok().as_deref(),
+            Some("postgres://u:p%40w@h:5432/db?sslmode=require")
+        );
+        assert_eq!(hosts("etcd://127.0.0.1:2379,127.0.0.1").ok().as_deref(), Some("127.0.0.1:2379,127.0.0.1:2379"));
+        assert_eq!(hosts("zk://127.0.0.1:2181/chroot").ok().as_deref(), Some("127.0.0.1:2181"));
     }
 
     /// Backends without a raw recipe (the native server, Redlock, SQLite) get no baseline row.

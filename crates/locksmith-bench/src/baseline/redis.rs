@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::{backend, taken, without_query, Failure, Recipe};
+use super::{backend, driver_url, taken, Failure, Recipe};
 
 /// What the baseline row calls it.
 pub(super) const RECIPE: &str = "SET NX PX + Lua compare-and-delete";
@@ -24,7 +24,7 @@ pub(super) struct Redis {
 
 /// Connects to the server of `url`; the key is `<name>-raw`.
 pub(super) async fn connect(url: &str, name: &str, ttl: Duration) -> Result<Redis, Failure> {
-    let client = redis::Client::open(without_query(url)).map_err(backend("redis"))?;
+    let client = redis::Client::open(driver_url(url)?).map_err(backend("redis"))?;
     let conn = client.get_multiplexed_async_connection().await.map_err(backend("redis"))?;
     let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
     Ok(Redis { conn, key: format!("{name}-raw"), ttl_ms, unlock: redis::Script::new(UNLOCK) })

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use sqlx::Connection;
 
-use super::{backend, taken, without_query, Failure, Recipe};
+use super::{backend, driver_url, taken, Failure, Recipe};
 
 /// What the PostgreSQL baseline row calls it.
 pub(super) const POSTGRES_RECIPE: &str = "pg_try_advisory_lock; pg_advisory_unlock";
@@ -22,7 +22,7 @@ pub(super) struct Postgres {
 impl Postgres {
     /// Connects to `url`.
     pub(super) async fn connect(url: &str) -> Result<Self, Failure> {
-        let conn = sqlx::PgConnection::connect(without_query(url)).await.map_err(backend("postgres"))?;
+        let conn = sqlx::PgConnection::connect(&driver_url(url)?).await.map_err(backend("postgres"))?;
         Ok(Self { conn })
     }
 }
@@ -60,7 +60,7 @@ pub(super) struct MySql {
 impl MySql {
     /// Connects to `url`; the lock is `<name>-raw`.
     pub(super) async fn connect(url: &str, name: &str) -> Result<Self, Failure> {
-        let conn = sqlx::MySqlConnection::connect(without_query(url)).await.map_err(backend("mysql"))?;
+        let conn = sqlx::MySqlConnection::connect(&driver_url(url)?).await.map_err(backend("mysql"))?;
         Ok(Self { conn, name: format!("{name}-raw") })
     }
 }

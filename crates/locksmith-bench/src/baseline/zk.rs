@@ -15,7 +15,7 @@ pub(super) struct Zk {
 
 /// Connects to the ensemble of `url`; the node is `/<name>-raw`.
 pub(super) async fn connect(url: &str, name: &str) -> Result<Zk, Failure> {
-    let client = zookeeper_client::Client::connect(hosts(url)).await.map_err(backend("zk"))?;
+    let client = zookeeper_client::Client::connect(&hosts(url)?).await.map_err(backend("zk"))?;
     Ok(Zk { client, path: format!("/{name}-raw") })
 }
 

@@ -261,12 +261,7 @@ impl Session for ScopedSession {
     /// taken on it; a row-lock acquisition dropped while queued in the server also has its
     /// connection killed (from the pool), so it leaves no waiter that would later hold the row.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::SessionExpired);
-        }
-        if req.lock_delay.is_some() {
-            return Err(Error::InvalidArgument("the sql backends do not support lock-delay".into()));
-        }
+        crate::session::admit(&self.closed, &req)?;
         if let Some(stale) = self.holds.take(&req.name, &req.owner) {
             let mut c = stale.value.lock().await;
             let _ = self.unlock(&mut c, req.name.as_str()).await;

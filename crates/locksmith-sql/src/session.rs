@@ -55,6 +55,18 @@ impl SqlSession {
     }
 }
 
+/// What every SQL session refuses before it touches the database: a closed session, and a
+/// lock-delay (no SQL mode has one).
+pub(crate) fn admit(closed: &AtomicBool, req: &AcquireRequest) -> Result<()> {
+    if closed.load(Ordering::SeqCst) {
+        return Err(Error::SessionExpired);
+    }
+    if req.lock_delay.is_some() {
+        return Err(Error::InvalidArgument("the sql backends do not support lock-delay".into()));
+    }
+    Ok(())
+}
+
 /// `<session>:<nonce>:<owner>` → `(session, owner)`; foreign rows keep the whole value as owner.
 pub(crate) fn split_column(column: &str) -> (String, String) {
     let mut parts = column.splitn(3, ':');
@@ -105,12 +117,7 @@ impl Session for SqlSession {
     /// Cancel safe: an attempt whose outcome was never seen is deleted in the background
     /// (owner-checked), and nothing else is left behind.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
-        if self.closed.load(Ordering::SeqCst) {
-            return Err(Error::SessionExpired);
-        }
-        if req.lock_delay.is_some() {
-            return Err(Error::InvalidArgument("the sql backends do not support lock-delay".into()));
-        }
+        admit(&self.closed, &req)?;
         // A hold the engine dropped without releasing (it considered it dead) is freed first.
         if let Some(stale) = self.holds.take(&req.name, &req.owner) {
             self.db.release(req.name.as_str(), &stale.value, stale.token).await?;

@@ -72,23 +72,11 @@ fn escape_segment(seg: &str) -> String {
 }
 
 fn unescape_segment(seg: &str) -> Option<String> {
-    if seg == "%" {
-        return Some(String::new());
+    match seg {
+        // An empty segment, which ZooKeeper refuses, is written as a lone '%'.
+        "%" => Some(String::new()),
+        _ => locksmith_core::driver::url::decode(seg),
     }
-    let bytes = seg.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = seg.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 /// The lock directory of `name`: `<base>/<name>`, each `/`-separated segment of the name kept

@@ -21,17 +21,33 @@ use tokio::sync::{mpsc, oneshot};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One stream: messages out, messages in.
-pub(crate) struct Transport {
-    pub(crate) tx: mpsc::UnboundedSender<ClientMessage>,
-    pub(crate) rx: BoxStream<'static, Result<ServerMessage>>,
+// `pub` so the `test-transport` feature can hand it to this crate's tests (`testing`); without
+// that feature it stays unreachable from outside the crate.
+#[cfg_attr(not(feature = "test-transport"), allow(unreachable_pub))]
+pub struct Transport {
+    /// Messages to the server, in order. A send that fails (the stream is gone) is noticed by
+    /// the reader's end of the stream, not by the sender.
+    pub tx: mpsc::UnboundedSender<ClientMessage>,
+    /// Messages from the server; an error or the end of the stream breaks it.
+    pub rx: BoxStream<'static, Result<ServerMessage>>,
 }
 
-/// Opens new streams to the server.
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport").field("open", &!self.tx.is_closed()).finish_non_exhaustive()
+    }
+}
+
+/// Opens new streams to the server (gRPC, in-process, or a test's double).
+// `pub` for the same reason as `Transport`.
+#[cfg_attr(not(feature = "test-transport"), allow(unreachable_pub))]
 #[async_trait]
-pub(crate) trait Connector: Send + Sync + 'static {
+pub trait Connector: Send + Sync + 'static {
+    /// The backend's URL, for errors and logs.
     fn describe(&self) -> String;
     /// URL scheme, the `backend` label of the waiter wake-up counter.
     fn scheme(&self) -> &'static str;
+    /// A new stream; the session's first message on it is `open`.
     async fn connect(&self) -> Result<Transport>;
 }
 

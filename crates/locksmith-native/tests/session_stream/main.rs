@@ -1,0 +1,303 @@
+//! The session-stream multiplexer (`mux.rs`) under stream faults: broken streams, refused
+//! reconnections, held-back answers and requests, through a transport double ([`double`]) in
+//! front of the real lock service running in this process.
+//!
+//! Every test runs on tokio's paused clock: nothing here crosses a socket, so time passes only
+//! when every task waits for a timer, and TTL arithmetic is exact. Sessions under test use a
+//! link with faults; the other party (`b`) uses its own link, which is never faulted.
+
+mod double;
+
+use std::time::Duration;
+
+use double::{Event, Link, Server};
+use futures_util::FutureExt;
+use locksmith_core::{AcquireRequest, Acquired, Client, Error, LockName, Session};
+use locksmith_proto::client_message::Body as In;
+use locksmith_proto::server_message::Body as Out;
+use tokio::time::{sleep, timeout, Instant};
+
+/// Session TTL: keep-alives every second through the engine, a reconnect gives up after 3 s.
+const TTL: Duration = Duration::from_secs(3);
+
+fn req(name: &str, owner: &str, wait: bool) -> AcquireRequest {
+    AcquireRequest::new(LockName::new(name).unwrap(), owner, wait)
+}
+
+fn name(n: &str) -> LockName {
+    LockName::new(n).unwrap()
+}
+
+/// Takes `name` for `session` as `owner` at once and returns the token.
+async fn take(session: &dyn Session, name: &str, owner: &str) -> u64 {
+    match session.acquire(req(name, owner, false)).await.unwrap() {
+        Acquired::Granted { token } => token,
+        Acquired::Busy => panic!("{name} is busy"),
+    }
+}
+
+fn session_no(session: &dyn Session) -> u64 {
+    u64::from_str_radix(&session.id(), 16).unwrap()
+}
+
+/// Waits until `link` has had a refused connection attempt (it is in its reconnect loop).
+async fn wait_refused(link: &Link) {
+    link.wait("a refused connection", |log| log.iter().any(|e| matches!(e, Event::Connect { stream: None }))).await;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Resume.
+// ---------------------------------------------------------------------------------------------
+
+/// A broken stream is resumed on a new one: the guard stays held with the same session id and
+/// token, and keep-alives carry on over the new stream for many TTLs.
+#[tokio::test(start_paused = true)]
+async fn a_session_survives_a_broken_stream_and_resumes() {
+    let server = Server::start();
+    let link = server.link();
+    let client = Client::new(link.backend(), TTL).unwrap();
+    let guard = client.lock("a").await.unwrap();
+    let (session, token) = (guard.session_id(), guard.token());
+    let holder = server.holder("a").await.unwrap();
+    assert_eq!((format!("{:x}", holder.0), holder.2), (session.clone(), token));
+
+    link.break_streams();
+    link.wait_opened(2).await;
+    let open = link.to_server().into_iter().find(|(s, _)| *s == 2).map(|(_, m)| m.body);
+    assert!(
+        matches!(open, Some(Some(In::Open(o))) if format!("{:x}", o.resume_session) == session),
+        "the new stream resumes the session: {open:?}"
+    );
+    assert!(guard.is_held());
+    assert_eq!(guard.session_id(), session);
+    assert_eq!(server.holder("a").await, Some(holder.clone()));
+
+    // Three TTLs later the hold is still ours: the keeper renews over the new stream.
+    sleep(TTL * 3).await;
+    assert!(guard.is_held());
+    assert_eq!(guard.token(), token);
+    assert_eq!(server.holder("a").await, Some(holder));
+    assert_eq!(link.streams(), 2, "one resume, no further reconnection");
+    let renewals =
+        link.to_client().iter().filter(|(s, m)| *s == 2 && matches!(m.body, Some(Out::KeepAlive(_)))).count();
+    assert!(renewals >= 8, "keep-alives answered on the new stream: {renewals}");
+    assert!(guard.unlock().await.unwrap());
+    assert_eq!(server.holder("a").await, None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dropped acquisitions leave nothing behind.
+// ---------------------------------------------------------------------------------------------
+
+/// An acquisition dropped while queued is withdrawn: no waiter is left, and the lock's next
+/// release grants nothing to the session that gave up.
+#[tokio::test(start_paused = true)]
+async fn a_dropped_queued_acquisition_leaves_no_waiter() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let a = server.link().open(TTL).await;
+
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    drop(acq);
+    server.wait_status("x", "no waiter", |v| v.is_some_and(|v| v.waiters == 0)).await;
+
+    assert!(b.release(&name("x"), "b", held).await.unwrap());
+    assert_eq!(server.holder("x").await, None);
+    assert_eq!(server.last_token("x").await, held, "nothing was granted to the dropped acquisition");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Late grants of abandoned acquisitions are released.
+// ---------------------------------------------------------------------------------------------
+
+/// A grant that crosses the `Cancel` of a dropped acquisition is released when it arrives: the
+/// lock is free afterwards and its next token is higher.
+#[tokio::test(start_paused = true)]
+async fn a_grant_for_an_abandoned_acquisition_is_released() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    let id = link.acquire_id("x").unwrap();
+    link.hold_answers(true);
+    assert!(b.release(&name("x"), "b", held).await.unwrap());
+    let Out::Granted(g) = link.wait_from_server(1, id, |o| matches!(o, Out::Granted(_))).await else { unreachable!() };
+    drop(acq); // the Cancel goes out while the grant is on its way back
+    link.hold_answers(false);
+    a.keep_alive().await.unwrap();
+    a.keep_alive().await.unwrap(); // the Release sent on the grant's arrival has been handled
+
+    assert_eq!(server.holder("x").await, None, "the late grant was released");
+    assert_eq!(server.last_token("x").await, g.token);
+    assert!(take(&*b, "x", "b").await > g.token);
+}
+
+/// A waiter granted while its stream was down, and dropped before the session resumed, has
+/// its hold released after the resume: the lost grant is found by asking again.
+#[tokio::test(start_paused = true)]
+async fn a_grant_lost_in_a_break_for_an_abandoned_acquisition_is_released() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    link.refuse(true);
+    link.break_streams();
+    wait_refused(&link).await;
+    assert!(b.release(&name("x"), "b", held).await.unwrap()); // hands x to `a`; the grant is lost
+    let granted = server.holder("x").await.unwrap();
+    assert_eq!(granted.0, session_no(&*a));
+    drop(acq);
+    link.refuse(false);
+    link.wait_opened(2).await;
+    server.wait_status("x", "x released", |v| v.is_some_and(|v| v.holder.is_none())).await;
+
+    assert!(take(&*b, "x", "b").await > granted.2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls in flight during a break.
+// ---------------------------------------------------------------------------------------------
+
+/// An acquisition whose answer is lost in a break is asked again on the resumed stream and
+/// answered once, with the one grant the server made (no second hold, no second token); the
+/// same for a release whose answer is lost.
+#[tokio::test(start_paused = true)]
+async fn an_answer_lost_in_a_break_is_asked_again_and_answered_once() {
+    let server = Server::start();
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    link.hold_answers(true);
+    let mut acq = Box::pin(a.acquire(req("x", "a", false)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    link.wait("the acquire at the server", |log| {
+        log.iter().any(|e| matches!(e, Event::ToServer { msg, .. } if matches!(msg.body, Some(In::Acquire(_)))))
+    })
+    .await;
+    let id = link.acquire_id("x").unwrap();
+    let Out::Granted(g) = link.wait_from_server(1, id, |o| matches!(o, Out::Granted(_))).await else { unreachable!() };
+    link.break_streams();
+    link.hold_answers(false);
+
+    let answer = timeout(TTL, acq).await.expect("answered after the resume").unwrap();
+    assert_eq!(answer, Acquired::Granted { token: g.token });
+    assert_eq!(server.holder("x").await, Some((session_no(&*a), "a".to_string(), g.token)));
+    assert_eq!(server.last_token("x").await, g.token, "one grant");
+    let sent: Vec<usize> = link.to_server().iter().filter(|(_, m)| m.id == id).map(|(s, _)| *s).collect();
+    assert_eq!(sent, [1, 2], "asked once per stream");
+    assert_eq!(link.to_client().iter().filter(|(_, m)| m.id == id).count(), 1, "answered once");
+
+    // The release's answer is lost the same way; asked again, it leaves the lock free.
+    link.hold_answers(true);
+    let x = name("x");
+    let mut rel = Box::pin(a.release(&x, "a", g.token));
+    assert!(rel.as_mut().now_or_never().is_none());
+    server.wait_status("x", "x released", |v| v.is_some_and(|v| v.holder.is_none())).await;
+    link.break_streams();
+    link.hold_answers(false);
+    timeout(TTL, rel).await.expect("answered after the resume").unwrap();
+    assert_eq!(server.holder("x").await, None);
+    assert_eq!(server.last_token("x").await, g.token);
+    a.keep_alive().await.unwrap();
+}
+
+/// A request lost in a break before it reached the server is sent again and answered once.
+#[tokio::test(start_paused = true)]
+async fn a_request_lost_in_a_break_is_sent_again() {
+    let server = Server::start();
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    link.hold_requests(true);
+    let mut acq = Box::pin(a.acquire(req("x", "a", false)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    link.break_streams();
+    link.hold_requests(false);
+
+    let answer = timeout(TTL, acq).await.expect("answered after the resume").unwrap();
+    assert_eq!(answer, Acquired::Granted { token: 1 });
+    assert_eq!(server.holder("x").await, Some((session_no(&*a), "a".to_string(), 1)));
+    let acquires: Vec<usize> =
+        link.to_server().iter().filter(|(_, m)| matches!(m.body, Some(In::Acquire(_)))).map(|(s, _)| *s).collect();
+    assert_eq!(acquires, [2], "delivered once, on the new stream");
+}
+
+/// A queued acquisition granted while its stream was down gets that grant after the resume
+/// (the re-sent request finds its own hold), not a second one.
+#[tokio::test(start_paused = true)]
+async fn a_waiter_granted_during_a_break_gets_its_grant_after_the_resume() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    link.refuse(true);
+    link.break_streams();
+    wait_refused(&link).await;
+    assert!(b.release(&name("x"), "b", held).await.unwrap());
+    let granted = server.holder("x").await.unwrap();
+    link.refuse(false);
+
+    let answer = timeout(TTL, acq).await.expect("answered after the resume").unwrap();
+    assert_eq!(answer, Acquired::Granted { token: granted.2 });
+    assert_eq!(server.holder("x").await, Some(granted.clone()));
+    assert_eq!(server.last_token("x").await, granted.2, "one grant");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Giving up, and closing.
+// ---------------------------------------------------------------------------------------------
+
+/// When new connections are refused for longer than the TTL, the guard's `lost()` fires (by its
+/// own deadline, first), pending calls then fail with `SessionExpired`, and the session stops
+/// trying to reconnect.
+#[tokio::test(start_paused = true)]
+async fn refused_connections_past_the_ttl_expire_the_session() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    take(&*b, "b", "b").await;
+    let link = server.link();
+    let client = Client::new(link.backend(), TTL).unwrap();
+    let guard = client.lock("a").await.unwrap();
+    let waiting = tokio::spawn({
+        let client = client.clone();
+        async move { client.lock("b").await.map(|g| g.token()) }
+    });
+    server.wait_status("b", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+
+    link.refuse(true);
+    let broke = Instant::now();
+    link.break_streams();
+    timeout(TTL, guard.lost()).await.expect("lost() within a TTL of the break");
+    let lost_at = Instant::now();
+    assert!(!guard.is_held());
+    let err = timeout(TTL, waiting).await.expect("the pending call ends").unwrap().unwrap_err();
+    assert!(matches!(err, Error::SessionExpired), "{err:?}");
+    let failed_at = Instant::now();
+    assert!(lost_at <= failed_at, "the guard knew first");
+    assert!(failed_at >= broke + TTL, "not given up before the server could have expired it");
+
+    let attempts = link.connects();
+    link.refuse(false);
+    sleep(TTL).await;
+    assert_eq!(link.connects(), attempts, "no reconnection after giving up");
+    assert_eq!(server.holder("a").await, None);
+    assert_eq!(server.waiters("b").await, 0);
+}

@@ -93,10 +93,18 @@ impl Shared {
         Error::Unavailable { backend: self.connector.describe(), message: message.into() }
     }
 
-    fn send_now(&self, msg: ClientMessage) {
-        if let Some(tx) = &self.state().tx {
-            let _ = tx.send(msg);
+    /// Gives back the hold `(name, owner, token)` that nobody waits for (a grant that came for
+    /// a dropped acquisition). Tracked like a call whose caller has gone: re-sent after a resume
+    /// until answered, so a break cannot leave the hold behind.
+    fn release_unwanted(&self, st: &mut State, name: String, owner: String, token: u64) {
+        let id = self.id();
+        let msg = ClientMessage { id, body: Some(In::Release(locksmith_proto::Release { name, owner, token })) };
+        if let Some(tx) = &st.tx {
+            let _ = tx.send(msg.clone());
         }
+        // The answer has nowhere to go; the entry only keeps the message until it is answered.
+        let (reply, _) = oneshot::channel();
+        st.pending.insert(id, Pending { reply, resend: Some(msg) });
     }
 }
 
@@ -152,29 +160,48 @@ impl StreamSession {
         }
         // Synchronous on purpose: the Cancel must be queued under the state lock, before any
         // later message of this session, and also when no runtime is left.
-        let call = CancelGuard::sync("stream call", (self.shared.clone(), id, acquire), |(shared, id, acquire)| {
-            withdraw(&shared, id, acquire);
-        });
-        let out = rx.await;
+        let mut call = CancelGuard::sync(
+            "stream call",
+            InFlight { shared: self.shared.clone(), id, acquire, answer: rx },
+            withdraw,
+        );
+        let out = (&mut call.state_mut().answer).await;
         call.disarm();
         out.map_err(|_| self.shared.unavailable("session stream closed"))?
     }
 }
 
-/// Forgets the pending call `id` whose future was dropped; an acquisition (`Some((name,
-/// owner))`) is withdrawn with a `Cancel`, and a grant that still arrives is released (see
-/// `dispatch`).
-fn withdraw(shared: &Shared, id: u64, acquire: Option<(String, String)>) {
+/// What a dropped call leaves to clean up: its id, the `(name, owner)` of an acquisition, and
+/// its answer slot, which may already hold an answer the caller never saw.
+struct InFlight {
+    shared: Arc<Shared>,
+    id: u64,
+    acquire: Option<(String, String)>,
+    answer: oneshot::Receiver<Result<Out>>,
+}
+
+/// Cleans up after a call whose future was dropped. Not answered yet: the call is forgotten,
+/// and an acquisition is withdrawn with a `Cancel` (a grant that still arrives is released,
+/// see `dispatch`). Already answered (the answer waits, unseen, in its slot): a grant is
+/// released, since nobody will ever hold it.
+fn withdraw(call: InFlight) {
+    let InFlight { shared, id, acquire, mut answer } = call;
     let mut st = shared.state();
-    st.pending.remove(&id);
-    if let Some(key) = acquire {
-        st.abandoned.insert(id, key);
-        let cancel_id = shared.id();
-        st.cancels.insert(cancel_id, id);
-        if let Some(tx) = &st.tx {
-            let body = In::Cancel(locksmith_proto::Cancel { request: id });
-            let _ = tx.send(ClientMessage { id: cancel_id, body: Some(body) });
+    if st.pending.remove(&id).is_some() {
+        if let Some(key) = acquire {
+            st.abandoned.insert(id, key);
+            let cancel_id = shared.id();
+            st.cancels.insert(cancel_id, id);
+            if let Some(tx) = &st.tx {
+                let body = In::Cancel(locksmith_proto::Cancel { request: id });
+                let _ = tx.send(ClientMessage { id: cancel_id, body: Some(body) });
+            }
         }
+        return;
+    }
+    // `dispatch` answers under the state lock we hold, so the slot is settled.
+    if let (Some((name, owner)), Ok(Ok(Out::Granted(g)))) = (acquire, answer.try_recv()) {
+        shared.release_unwanted(&mut st, name, owner, g.token);
     }
 }
 
@@ -330,10 +357,7 @@ fn dispatch(shared: &Shared, m: ServerMessage) {
     match body {
         Out::Granted(g) => {
             if let Some((name, owner)) = st.abandoned.remove(&m.id) {
-                let id = shared.id();
-                drop(st);
-                let body = In::Release(locksmith_proto::Release { name, owner, token: g.token });
-                shared.send_now(ClientMessage { id, body: Some(body) });
+                shared.release_unwanted(&mut st, name, owner, g.token);
             }
         }
         Out::Busy(_) | Out::Error(_) => {

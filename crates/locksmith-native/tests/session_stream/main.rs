@@ -140,6 +140,30 @@ async fn a_grant_for_an_abandoned_acquisition_is_released() {
     assert!(take(&*b, "x", "b").await > g.token);
 }
 
+/// A grant that reached the session just before its acquisition was dropped (answered, not yet
+/// seen by the caller) is released, not lost with the dropped future.
+#[tokio::test(start_paused = true)]
+async fn a_grant_answered_to_a_dropped_acquisition_before_it_looked_is_released() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let a = server.link().open(TTL).await;
+
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    assert!(b.release(&name("x"), "b", held).await.unwrap());
+    // Answered after the pushed grant on the same stream: the grant now waits in the
+    // acquisition's answer slot, unseen.
+    a.keep_alive().await.unwrap();
+    let granted = server.holder("x").await.unwrap().2;
+    drop(acq);
+    a.keep_alive().await.unwrap();
+
+    assert_eq!(server.holder("x").await, None, "the grant was lost with the dropped future");
+    assert!(take(&*b, "x", "b").await > granted);
+}
+
 /// A waiter granted while its stream was down, and dropped before the session resumed, has
 /// its hold released after the resume: the lost grant is found by asking again.
 #[tokio::test(start_paused = true)]

@@ -55,15 +55,20 @@ struct Pending {
     reply: oneshot::Sender<Result<Out>>,
     /// Re-sent as is after a resume (acquire, release, cancel are idempotent on the server).
     resend: Option<ClientMessage>,
+    /// Handed to a stream (it may have reached the server); `false` for a call queued while
+    /// reconnecting, which a dropped caller can simply forget.
+    sent: bool,
 }
 
 #[derive(Default)]
 struct State {
     tx: Option<mpsc::UnboundedSender<ClientMessage>>,
     pending: HashMap<u64, Pending>,
-    /// Acquisitions dropped before their answer: a grant that still arrives is released.
+    /// Acquisitions dropped before their answer: a grant that still arrives is released. An
+    /// entry ends with the answer to the `Cancel` that withdraws it, the last message the
+    /// server sends about that acquisition.
     abandoned: HashMap<u64, (String, String)>,
-    /// Cancel message id → the acquisition it withdraws.
+    /// Cancel message id → the acquisition it withdraws (on the current stream only).
     cancels: HashMap<u64, u64>,
     expired: bool,
     closed: bool,
@@ -99,12 +104,10 @@ impl Shared {
     fn release_unwanted(&self, st: &mut State, name: String, owner: String, token: u64) {
         let id = self.id();
         let msg = ClientMessage { id, body: Some(In::Release(locksmith_proto::Release { name, owner, token })) };
-        if let Some(tx) = &st.tx {
-            let _ = tx.send(msg.clone());
-        }
+        let sent = st.tx.as_ref().is_some_and(|tx| tx.send(msg.clone()).is_ok());
         // The answer has nowhere to go; the entry only keeps the message until it is answered.
         let (reply, _) = oneshot::channel();
-        st.pending.insert(id, Pending { reply, resend: Some(msg) });
+        st.pending.insert(id, Pending { reply, resend: Some(msg), sent });
     }
 }
 
@@ -149,14 +152,12 @@ impl StreamSession {
             if st.expired || st.closed {
                 return Err(Error::SessionExpired);
             }
-            match &st.tx {
-                Some(t) => {
-                    let _ = t.send(msg.clone());
-                }
+            let sent = match &st.tx {
+                Some(t) => t.send(msg.clone()).is_ok(),
                 None if !resend => return Err(self.shared.unavailable("reconnecting")),
-                None => {}
-            }
-            st.pending.insert(id, Pending { reply: tx, resend: resend.then_some(msg) });
+                None => false,
+            };
+            st.pending.insert(id, Pending { reply: tx, resend: resend.then_some(msg), sent });
         }
         // Synchronous on purpose: the Cancel must be queued under the state lock, before any
         // later message of this session, and also when no runtime is left.
@@ -187,14 +188,13 @@ struct InFlight {
 fn withdraw(call: InFlight) {
     let InFlight { shared, id, acquire, mut answer } = call;
     let mut st = shared.state();
-    if st.pending.remove(&id).is_some() {
-        if let Some(key) = acquire {
+    if let Some(p) = st.pending.remove(&id) {
+        // An acquisition that never left this process has nothing to withdraw.
+        if let (Some(key), true) = (acquire, p.sent) {
             st.abandoned.insert(id, key);
-            let cancel_id = shared.id();
-            st.cancels.insert(cancel_id, id);
-            if let Some(tx) = &st.tx {
-                let body = In::Cancel(locksmith_proto::Cancel { request: id });
-                let _ = tx.send(ClientMessage { id: cancel_id, body: Some(body) });
+            // With no stream now, the resume withdraws it (see `reconnect`).
+            if let Some(tx) = st.tx.clone() {
+                send_cancel(&shared, &mut st, &tx, id);
             }
         }
         return;
@@ -203,6 +203,14 @@ fn withdraw(call: InFlight) {
     if let (Some((name, owner)), Ok(Ok(Out::Granted(g)))) = (acquire, answer.try_recv()) {
         shared.release_unwanted(&mut st, name, owner, g.token);
     }
+}
+
+/// Withdraws the abandoned acquisition `request` with a `Cancel` on `tx`; its answer ends the
+/// entry (see `dispatch`).
+fn send_cancel(shared: &Shared, st: &mut State, tx: &mpsc::UnboundedSender<ClientMessage>, request: u64) {
+    let id = shared.id();
+    st.cancels.insert(id, request);
+    let _ = tx.send(ClientMessage { id, body: Some(In::Cancel(locksmith_proto::Cancel { request })) });
 }
 
 async fn handshake(t: &mut Transport, connector: &Arc<dyn Connector>, ttl: Duration, resume: u64) -> Result<u64> {
@@ -299,25 +307,27 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
         match handshake(&mut t, &shared.connector, shared.ttl, shared.session).await {
             Ok(_) => {
                 let mut st = shared.state();
-                for p in st.pending.values() {
+                for p in st.pending.values_mut() {
                     if let Some(m) = &p.resend {
                         // A waiting acquisition asks the server again: one wake-up.
                         if matches!(&m.body, Some(In::Acquire(a)) if a.wait) {
                             locksmith_core::metrics::wakeup(shared.connector.scheme());
                         }
-                        let _ = t.tx.send(m.clone());
+                        p.sent = t.tx.send(m.clone()).is_ok();
                     }
                 }
-                // A dropped acquisition may have been granted while we were away: ask again
-                // without waiting; the answer is released if it is a grant.
-                for (id, (name, owner)) in &st.abandoned {
-                    let body = In::Acquire(locksmith_proto::Acquire {
-                        name: name.clone(),
-                        owner: owner.clone(),
-                        wait: false,
-                        lock_delay_ms: 0,
-                    });
-                    let _ = t.tx.send(ClientMessage { id: *id, body: Some(body) });
+                // Cancels sent on the old stream are answered there or never.
+                st.cancels.clear();
+                // A dropped acquisition may still be queued (its Cancel never went out, or was
+                // lost) or may have been granted with the grant lost: ask again without waiting
+                // (a grant, old or new, is released when it arrives), then withdraw it. The
+                // Cancel's answer comes after every other answer about it and ends the entry.
+                let abandoned: Vec<(u64, (String, String))> =
+                    st.abandoned.iter().map(|(id, key)| (*id, key.clone())).collect();
+                for (id, (name, owner)) in abandoned {
+                    let body = In::Acquire(locksmith_proto::Acquire { name, owner, wait: false, lock_delay_ms: 0 });
+                    let _ = t.tx.send(ClientMessage { id, body: Some(body) });
+                    send_cancel(shared, &mut st, &t.tx, id);
                 }
                 st.tx = Some(t.tx.clone());
                 tracing::info!(session = shared.session, "session resumed on a new stream");
@@ -356,19 +366,20 @@ fn dispatch(shared: &Shared, m: ServerMessage) {
     }
     match body {
         Out::Granted(g) => {
-            if let Some((name, owner)) = st.abandoned.remove(&m.id) {
+            // The entry stays: the re-ask after a resume may answer with this same grant again
+            // (released twice: the second release changes nothing).
+            if let Some((name, owner)) = st.abandoned.get(&m.id).cloned() {
                 shared.release_unwanted(&mut st, name, owner, g.token);
             }
         }
-        Out::Busy(_) | Out::Error(_) => {
-            st.abandoned.remove(&m.id);
-        }
         Out::Cancelled(_) => {
-            // Every grant sent before the cancel was handled has arrived by now (one stream).
+            // Every answer about the acquisition sent before the Cancel was handled has arrived
+            // by now (one stream), and none comes after it.
             if let Some(acquire) = st.cancels.remove(&m.id) {
                 st.abandoned.remove(&acquire);
             }
         }
+        // Busy or an error for an abandoned acquisition, answers to calls nobody waits for.
         _ => {}
     }
 }

@@ -109,6 +109,83 @@ async fn a_dropped_queued_acquisition_leaves_no_waiter() {
     assert_eq!(server.last_token("x").await, held, "nothing was granted to the dropped acquisition");
 }
 
+/// An acquisition dropped while its stream is down (the `Cancel` cannot go out) is withdrawn
+/// once the session resumes: no waiter is left, and nothing is granted to it later.
+#[tokio::test(start_paused = true)]
+async fn a_queued_acquisition_dropped_during_a_break_leaves_no_waiter() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    link.refuse(true);
+    link.break_streams();
+    wait_refused(&link).await;
+    drop(acq);
+    link.refuse(false);
+    link.wait_opened(2).await;
+    server.wait_status("x", "no waiter", |v| v.is_some_and(|v| v.waiters == 0)).await;
+
+    assert!(b.release(&name("x"), "b", held).await.unwrap());
+    a.keep_alive().await.unwrap();
+    assert_eq!(server.holder("x").await, None);
+    assert_eq!(server.last_token("x").await, held, "nothing was granted to the dropped acquisition");
+}
+
+/// A `Cancel` lost in a break (sent, never delivered) is sent again on the resumed stream.
+#[tokio::test(start_paused = true)]
+async fn a_cancel_lost_in_a_break_is_sent_again_after_the_resume() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    link.hold_requests(true);
+    drop(acq);
+    link.break_streams();
+    link.hold_requests(false);
+    link.wait_opened(2).await;
+    let cancels =
+        |stream| link.to_server().iter().filter(|(s, m)| *s == stream && matches!(m.body, Some(In::Cancel(_)))).count();
+    assert_eq!(cancels(1), 0, "the first Cancel was lost with its stream");
+    server.wait_status("x", "no waiter", |v| v.is_some_and(|v| v.waiters == 0)).await;
+    assert_eq!(cancels(2), 1);
+
+    assert!(b.release(&name("x"), "b", held).await.unwrap());
+    a.keep_alive().await.unwrap();
+    assert_eq!(server.holder("x").await, None);
+}
+
+/// An acquisition made and dropped while the session was reconnecting never reached the server
+/// and is simply forgotten: nothing is asked after the resume, nothing is granted.
+#[tokio::test(start_paused = true)]
+async fn an_acquisition_dropped_before_it_was_sent_is_forgotten() {
+    let server = Server::start();
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    link.refuse(true);
+    link.break_streams();
+    wait_refused(&link).await;
+    let mut acq = Box::pin(a.acquire(req("x", "a", true)));
+    assert!(acq.as_mut().now_or_never().is_none());
+    drop(acq);
+    link.refuse(false);
+    link.wait_opened(2).await;
+    a.keep_alive().await.unwrap();
+
+    assert_eq!(link.acquire_id("x"), None, "no acquire of x reached the server");
+    assert_eq!(server.last_token("x").await, 0);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Late grants of abandoned acquisitions are released.
 // ---------------------------------------------------------------------------------------------

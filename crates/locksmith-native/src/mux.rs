@@ -77,6 +77,8 @@ struct State {
 struct Shared {
     /// Set when the stream task has ended (the server has closed our stream after `Close`).
     done: tokio::sync::watch::Sender<bool>,
+    /// Wakes a reconnect loop that waits between attempts when `close` is called.
+    closing: tokio::sync::Notify,
     session: u64,
     ttl: Duration,
     next_id: AtomicU64,
@@ -130,6 +132,7 @@ impl StreamSession {
         let session = handshake(&mut transport, &connector, ttl, 0).await?;
         let shared = Arc::new(Shared {
             done: tokio::sync::watch::channel(false).0,
+            closing: tokio::sync::Notify::new(),
             session,
             ttl,
             next_id: AtomicU64::new(2),
@@ -296,17 +299,34 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
     // Unjittered: one client's own reconnect, nothing for others to collide with.
     let mut backoff = Backoff::custom(Duration::from_millis(5), shared.ttl / 10, Jitter::None);
     loop {
+        if shared.state().closed {
+            // Closed while no stream was up: nothing left to tell the server that its lease
+            // will not say by itself; `close` returns now instead of after the TTL.
+            return None;
+        }
         if tokio::time::Instant::now() >= give_up {
             let mut st = shared.state();
             st.expired = true;
             fail_all(&mut st, || Error::SessionExpired);
             return None;
         }
-        tokio::time::sleep(backoff.delay(None)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.delay(None)) => {}
+            // `notify_one` keeps a permit, so a `close` that came before this wait counts.
+            _ = shared.closing.notified() => continue,
+        }
         let Ok(mut t) = shared.connector.connect().await else { continue };
         match handshake(&mut t, &shared.connector, shared.ttl, shared.session).await {
             Ok(_) => {
                 let mut st = shared.state();
+                if st.closed {
+                    // Closed while this attempt was under way, and the server has just resumed
+                    // (renewed) the session: end it, so its holds are freed now rather than a
+                    // TTL later. The server then ends the stream, which ends this task.
+                    let body = In::Close(locksmith_proto::Close {});
+                    let _ = t.tx.send(ClientMessage { id: shared.id(), body: Some(body) });
+                    return Some(t);
+                }
                 for p in st.pending.values_mut() {
                     if let Some(m) = &p.resend {
                         // A waiting acquisition asks the server again: one wake-up.
@@ -438,6 +458,8 @@ impl Session for StreamSession {
             }
             fail_all(&mut st, || Error::SessionExpired);
         }
+        // A reconnect loop between attempts stops at once (see `reconnect`).
+        self.shared.closing.notify_one();
         // The server ends our stream once it has handled `Close`; wait for that, so a process
         // that exits right after closing leaves nothing behind (callers bound this wait).
         let mut done = self.shared.done.subscribe();

@@ -402,3 +402,58 @@ async fn refused_connections_past_the_ttl_expire_the_session() {
     assert_eq!(server.holder("a").await, None);
     assert_eq!(server.waiters("b").await, 0);
 }
+
+/// `close()` while the session is reconnecting (connections refused) returns at once, fails
+/// the pending calls with `SessionExpired`, and stops the reconnect loop; the lease frees the
+/// holds on the server.
+#[tokio::test(start_paused = true)]
+async fn close_during_a_reconnect_ends_cleanly() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    take(&*b, "b", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+    take(&*a, "a", "a").await;
+    let mut waiting = Box::pin(a.acquire(req("b", "a", true)));
+    assert!(waiting.as_mut().now_or_never().is_none());
+    server.wait_status("b", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+
+    link.refuse(true);
+    link.break_streams();
+    wait_refused(&link).await;
+    timeout(Duration::from_millis(1), a.close()).await.expect("close does not wait for the reconnect loop").unwrap();
+    let err = waiting.await.unwrap_err();
+    assert!(matches!(err, Error::SessionExpired), "{err:?}");
+
+    let attempts = link.connects();
+    link.refuse(false);
+    sleep(TTL * 2).await;
+    assert_eq!(link.connects(), attempts, "no reconnection after close");
+    assert_eq!(server.holder("a").await, None, "the lease freed the hold");
+    assert_eq!(server.waiters("b").await, 0);
+}
+
+/// `close()` while a resume is under way (the server has resumed the session, its answer is
+/// still on the way) closes the resumed session: its holds are freed at once, not a TTL later,
+/// and `close()` returns once the server has ended the stream.
+#[tokio::test(start_paused = true)]
+async fn close_during_a_resume_frees_the_holds() {
+    let server = Server::start();
+    let link = server.link();
+    let a = link.open(TTL).await;
+    take(&*a, "a", "a").await;
+
+    link.hold_answers(true);
+    link.break_streams();
+    link.wait_from_server(2, 1, |o| matches!(o, Out::Opened(_))).await;
+    let closed_at = Instant::now();
+    let mut close = Box::pin(a.close());
+    assert!(close.as_mut().now_or_never().is_none());
+    link.hold_answers(false);
+    timeout(Duration::from_millis(1), close).await.expect("close returns once the stream ends").unwrap();
+
+    assert_eq!(server.holder("a").await, None);
+    assert!(Instant::now() < closed_at + TTL / 10, "freed by Close, not by the lease");
+    sleep(TTL).await;
+    assert_eq!(link.streams(), 2, "no further stream");
+}

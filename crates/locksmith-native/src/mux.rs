@@ -1,6 +1,59 @@
-//! The client side of one session stream, whatever carries it: matches answers to requests,
-//! makes dropped acquisitions leave nothing behind, and resumes the session on a new stream when
-//! the old one breaks (re-sending what was in flight, which the server treats idempotently).
+//! The client side of one session stream, whatever carries it (a [`Connector`]: gRPC for
+//! `locksmith://`, a channel pair into the in-process service for `memory://`): matches answers
+//! to requests, makes dropped acquisitions leave nothing behind, and resumes the session on a new
+//! stream when the old one breaks (re-sending what was in flight, which the server treats
+//! idempotently).
+//!
+//! # Message ids
+//! Every client message carries an id that the server echoes in its answer. `1` is `open`, on
+//! every stream; everything else takes the next value of one counter per session (2, 3, …):
+//! calls, `Cancel`s, and the releases this module sends on its own. A grant pushed to a queued
+//! acquisition carries that acquisition's id; id `0` is a pushed session expiry. A re-sent
+//! request keeps its id: the server knows a queued acquisition by `(session, id)`, so asking
+//! again finds the same queue entry, or the same hold once granted.
+//!
+//! # State
+//! One mutex-guarded [`State`] per session, shared by callers and the stream task (`drive`):
+//! - `tx`: the current stream, `None` while reconnecting;
+//! - `pending`: calls awaiting an answer (id → answer slot, the message to re-send after a
+//!   resume, whether it was handed to a stream). Acquire and release are re-sent; keep-alive is
+//!   not: it fails on a break and the engine retries it (the resume itself renewed the lease);
+//! - `abandoned`: acquisitions whose caller dropped the future before the answer (id → name,
+//!   owner). A grant that still arrives for one is released. The entry ends with the answer to
+//!   the `Cancel` that withdraws it: on one stream nothing about that acquisition follows it;
+//! - `cancels`: `Cancel` id → the acquisition it withdraws, for the current stream only;
+//! - `expired` (the server said so, or reconnecting outlasted the TTL) and `closed`: every
+//!   call fails with [`Error::SessionExpired`] from then on.
+//!
+//! Every change happens under the lock, sends included: a request is registered before its
+//! answer can be dispatched, and a stream swap never splits a re-send from its registration.
+//!
+//! # The life of one call
+//! ```text
+//!  caller                         this module                              server
+//!  acquire ──▶ call(): id 7, pending[7] ── Acquire{7} ──────────────────────▶ queues 7
+//!                                          ◀─────────────────── Granted{7} ── its turn
+//!  Granted ◀── dispatch: pending[7] ─▶ answer slot
+//!
+//!  dropped before the answer (the CancelGuard runs `withdraw`):
+//!    pending[7] ─▶ abandoned[7]          ── Cancel{8, request 7} ────────────▶ unqueues 7
+//!    cancels[8] = 7                      ◀─────────────── Granted{7} (crossed) ──
+//!                   late grant: release ── Release{9} (tracked, re-sent) ────▶
+//!                                          ◀──────────────────── Cancelled{8} ──
+//!    abandoned[7], cancels[8] end
+//!  dropped after the answer, unseen: a grant in the slot is released the same way.
+//!
+//!  the stream breaks (an error or its end):
+//!    drive: tx = None; pending calls that are not re-sent fail (Unavailable)
+//!    reconnect: backoff 5 ms doubling to TTL/10, until a TTL after the break
+//!      connect ── Open{1, resume_session} ─────────────────────────────────▶ same session
+//!              ◀──────────────────────────────────────────────── Opened{1} ──
+//!      re-send pending acquires and releases as they were ─────────────────▶ same answers
+//!      per abandoned a: Acquire{a, wait: false}, Cancel{new id, request a} ─▶ released if
+//!      tx = the new stream                                                     granted
+//!    connections refused for a TTL: expired, pending calls fail (SessionExpired)
+//!    close() meanwhile: stop at the next attempt; a resume that just succeeded gets Close
+//! ```
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -19,8 +19,10 @@
 //!   resume, whether it was handed to a stream). Acquire and release are re-sent; keep-alive is
 //!   not: it fails on a break and the engine retries it (the resume itself renewed the lease);
 //! - `abandoned`: acquisitions whose caller dropped the future before the answer (id → name,
-//!   owner). A grant that still arrives for one is released. The entry ends with the answer to
-//!   the `Cancel` that withdraws it: on one stream nothing about that acquisition follows it;
+//!   owner). A grant that still arrives for one is released, unless a retry by the same owner
+//!   awaits its answer (the server answers it with that same hold). The entry ends with the
+//!   answer to the `Cancel` that withdraws it: on one stream nothing about that acquisition
+//!   follows it;
 //! - `cancels`: `Cancel` id → the acquisition it withdraws, for the current stream only;
 //! - `expired` (the server said so, or reconnecting outlasted the TTL) and `closed`: every
 //!   call fails with [`Error::SessionExpired`] from then on.
@@ -48,9 +50,9 @@
 //!    reconnect: backoff 5 ms doubling to TTL/10, until a TTL after the break
 //!      connect ── Open{1, resume_session} ─────────────────────────────────▶ same session
 //!              ◀──────────────────────────────────────────────── Opened{1} ──
-//!      re-send pending acquires and releases as they were ─────────────────▶ same answers
 //!      per abandoned a: Acquire{a, wait: false}, Cancel{new id, request a} ─▶ released if
-//!      tx = the new stream                                                     granted
+//!      re-send pending acquires and releases as they were ─────────────────▶   granted;
+//!      tx = the new stream                                                     same answers
 //!    connections refused for a TTL: expired, pending calls fail (SessionExpired)
 //!    close() meanwhile: stop at the next attempt; a resume that just succeeded gets Close
 //! ```
@@ -156,7 +158,19 @@ impl Shared {
     /// Gives back the hold `(name, owner, token)` that nobody waits for (a grant that came for
     /// a dropped acquisition). Tracked like a call whose caller has gone: re-sent after a resume
     /// until answered, so a break cannot leave the hold behind.
+    ///
+    /// Not if an acquisition of the same `(name, owner)` awaits its answer (a retry with an
+    /// explicit owner): the server keeps one hold per owner in a session and answers a repeated
+    /// acquire with it, so this grant is that call's hold too. The Cancel ending the dropped
+    /// acquisition always goes out before such a retry, so a late grant never meets a retry
+    /// that was already answered (see `reconnect` for the order after a resume).
     fn release_unwanted(&self, st: &mut State, name: String, owner: String, token: u64) {
+        let retried = st.pending.values().any(|p| {
+            matches!(&p.resend, Some(ClientMessage { body: Some(In::Acquire(a)), .. }) if a.name == name && a.owner == owner)
+        });
+        if retried {
+            return;
+        }
         let id = self.id();
         let msg = ClientMessage { id, body: Some(In::Release(locksmith_proto::Release { name, owner, token })) };
         let sent = st.tx.as_ref().is_some_and(|tx| tx.send(msg.clone()).is_ok());
@@ -380,6 +394,21 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
                     let _ = t.tx.send(ClientMessage { id: shared.id(), body: Some(body) });
                     return Some(t);
                 }
+                // Cancels sent on the old stream are answered there or never.
+                st.cancels.clear();
+                // A dropped acquisition may still be queued (its Cancel never went out, or was
+                // lost) or may have been granted with the grant lost: ask again without waiting
+                // (a grant, old or new, is released when it arrives), then withdraw it. The
+                // Cancel's answer comes after every other answer about it and ends the entry.
+                // Before the re-sends below: a retry of the same owner among them must still be
+                // waiting when a grant for the dropped one comes (see `release_unwanted`).
+                let abandoned: Vec<(u64, (String, String))> =
+                    st.abandoned.iter().map(|(id, key)| (*id, key.clone())).collect();
+                for (id, (name, owner)) in abandoned {
+                    let body = In::Acquire(locksmith_proto::Acquire { name, owner, wait: false, lock_delay_ms: 0 });
+                    let _ = t.tx.send(ClientMessage { id, body: Some(body) });
+                    send_cancel(shared, &mut st, &t.tx, id);
+                }
                 for p in st.pending.values_mut() {
                     if let Some(m) = &p.resend {
                         // A waiting acquisition asks the server again: one wake-up.
@@ -388,19 +417,6 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
                         }
                         p.sent = t.tx.send(m.clone()).is_ok();
                     }
-                }
-                // Cancels sent on the old stream are answered there or never.
-                st.cancels.clear();
-                // A dropped acquisition may still be queued (its Cancel never went out, or was
-                // lost) or may have been granted with the grant lost: ask again without waiting
-                // (a grant, old or new, is released when it arrives), then withdraw it. The
-                // Cancel's answer comes after every other answer about it and ends the entry.
-                let abandoned: Vec<(u64, (String, String))> =
-                    st.abandoned.iter().map(|(id, key)| (*id, key.clone())).collect();
-                for (id, (name, owner)) in abandoned {
-                    let body = In::Acquire(locksmith_proto::Acquire { name, owner, wait: false, lock_delay_ms: 0 });
-                    let _ = t.tx.send(ClientMessage { id, body: Some(body) });
-                    send_cancel(shared, &mut st, &t.tx, id);
                 }
                 st.tx = Some(t.tx.clone());
                 tracing::info!(session = shared.session, "session resumed on a new stream");

@@ -241,6 +241,71 @@ async fn a_grant_answered_to_a_dropped_acquisition_before_it_looked_is_released(
     assert!(take(&*b, "x", "b").await > granted);
 }
 
+/// With an explicit owner (reentrancy), a retry of a dropped acquisition is answered with the
+/// same hold the server granted to the dropped one (acquire is idempotent per owner): the late
+/// grant is then the retry's, and is not released under it.
+#[tokio::test(start_paused = true)]
+async fn a_late_grant_shared_with_a_retry_of_the_same_owner_is_kept() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    let mut first = Box::pin(a.acquire(req("x", "owner", true)));
+    assert!(first.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    link.hold_answers(true);
+    assert!(b.release(&name("x"), "b", held).await.unwrap());
+    let id = link.acquire_id("x").unwrap();
+    let Out::Granted(g) = link.wait_from_server(1, id, |o| matches!(o, Out::Granted(_))).await else { unreachable!() };
+    drop(first); // timed out: the Cancel crosses the grant
+    let mut retry = Box::pin(a.acquire(req("x", "owner", true)));
+    assert!(retry.as_mut().now_or_never().is_none());
+    link.hold_answers(false);
+
+    let answer = timeout(TTL, retry).await.expect("the retry is answered").unwrap();
+    assert_eq!(answer, Acquired::Granted { token: g.token });
+    a.keep_alive().await.unwrap();
+    a.keep_alive().await.unwrap();
+    assert_eq!(
+        server.holder("x").await,
+        Some((session_no(&*a), "owner".to_string(), g.token)),
+        "the retry's hold was released under it"
+    );
+}
+
+/// The same across a break: an acquisition granted and dropped while the stream was down, and
+/// retried by the same owner before the resume, leaves the retry its grant (the re-ask of the
+/// dropped one comes first and finds the retry still waiting).
+#[tokio::test(start_paused = true)]
+async fn a_retry_of_the_same_owner_during_a_break_keeps_the_grant() {
+    let server = Server::start();
+    let b = server.link().open(TTL).await;
+    let held = take(&*b, "x", "b").await;
+    let link = server.link();
+    let a = link.open(TTL).await;
+
+    let mut first = Box::pin(a.acquire(req("x", "owner", true)));
+    assert!(first.as_mut().now_or_never().is_none());
+    server.wait_status("x", "a queued waiter", |v| v.is_some_and(|v| v.waiters == 1)).await;
+    link.refuse(true);
+    link.break_streams();
+    wait_refused(&link).await;
+    assert!(b.release(&name("x"), "b", held).await.unwrap()); // granted to `first`; lost
+    let granted = server.holder("x").await.unwrap();
+    drop(first);
+    let mut retry = Box::pin(a.acquire(req("x", "owner", true)));
+    assert!(retry.as_mut().now_or_never().is_none());
+    link.refuse(false);
+
+    let answer = timeout(TTL, retry).await.expect("the retry is answered").unwrap();
+    assert_eq!(answer, Acquired::Granted { token: granted.2 });
+    a.keep_alive().await.unwrap();
+    a.keep_alive().await.unwrap();
+    assert_eq!(server.holder("x").await, Some(granted), "the retry's hold was released under it");
+}
+
 /// A waiter granted while its stream was down, and dropped before the session resumed, has
 /// its hold released after the resume: the lost grant is found by asking again.
 #[tokio::test(start_paused = true)]

@@ -15,3 +15,6 @@ mod mux;
 pub use grpc::NativeBackend;
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
+#[cfg(feature = "test-transport")]
+#[doc(hidden)]
+pub mod testing;

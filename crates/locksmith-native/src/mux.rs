@@ -1,6 +1,61 @@
-//! The client side of one session stream, whatever carries it: matches answers to requests,
-//! makes dropped acquisitions leave nothing behind, and resumes the session on a new stream when
-//! the old one breaks (re-sending what was in flight, which the server treats idempotently).
+//! The client side of one session stream, whatever carries it (a [`Connector`]: gRPC for
+//! `locksmith://`, a channel pair into the in-process service for `memory://`): matches answers
+//! to requests, makes dropped acquisitions leave nothing behind, and resumes the session on a new
+//! stream when the old one breaks (re-sending what was in flight, which the server treats
+//! idempotently).
+//!
+//! # Message ids
+//! Every client message carries an id that the server echoes in its answer. `1` is `open`, on
+//! every stream; everything else takes the next value of one counter per session (2, 3, …):
+//! calls, `Cancel`s, and the releases this module sends on its own. A grant pushed to a queued
+//! acquisition carries that acquisition's id; id `0` is a pushed session expiry. A re-sent
+//! request keeps its id: the server knows a queued acquisition by `(session, id)`, so asking
+//! again finds the same queue entry, or the same hold once granted.
+//!
+//! # State
+//! One mutex-guarded [`State`] per session, shared by callers and the stream task (`drive`):
+//! - `tx`: the current stream, `None` while reconnecting;
+//! - `pending`: calls awaiting an answer (id → answer slot, the message to re-send after a
+//!   resume, whether it was handed to a stream). Acquire and release are re-sent; keep-alive is
+//!   not: it fails on a break and the engine retries it (the resume itself renewed the lease);
+//! - `abandoned`: acquisitions whose caller dropped the future before the answer (id → name,
+//!   owner). A grant that still arrives for one is released, unless a retry by the same owner
+//!   awaits its answer (the server answers it with that same hold). The entry ends with the
+//!   answer to the `Cancel` that withdraws it: on one stream nothing about that acquisition
+//!   follows it;
+//! - `cancels`: `Cancel` id → the acquisition it withdraws, for the current stream only;
+//! - `expired` (the server said so, or reconnecting outlasted the TTL) and `closed`: every
+//!   call fails with [`Error::SessionExpired`] from then on.
+//!
+//! Every change happens under the lock, sends included: a request is registered before its
+//! answer can be dispatched, and a stream swap never splits a re-send from its registration.
+//!
+//! # The life of one call
+//! ```text
+//!  caller                         this module                              server
+//!  acquire ──▶ call(): id 7, pending[7] ── Acquire{7} ──────────────────────▶ queues 7
+//!                                          ◀─────────────────── Granted{7} ── its turn
+//!  Granted ◀── dispatch: pending[7] ─▶ answer slot
+//!
+//!  dropped before the answer (the CancelGuard runs `withdraw`):
+//!    pending[7] ─▶ abandoned[7]          ── Cancel{8, request 7} ────────────▶ unqueues 7
+//!    cancels[8] = 7                      ◀─────────────── Granted{7} (crossed) ──
+//!                   late grant: release ── Release{9} (tracked, re-sent) ────▶
+//!                                          ◀──────────────────── Cancelled{8} ──
+//!    abandoned[7], cancels[8] end
+//!  dropped after the answer, unseen: a grant in the slot is released the same way.
+//!
+//!  the stream breaks (an error or its end):
+//!    drive: tx = None; pending calls that are not re-sent fail (Unavailable)
+//!    reconnect: backoff 5 ms doubling to TTL/10, until a TTL after the break
+//!      connect ── Open{1, resume_session} ─────────────────────────────────▶ same session
+//!              ◀──────────────────────────────────────────────── Opened{1} ──
+//!      per abandoned a: Acquire{a, wait: false}, Cancel{new id, request a} ─▶ released if
+//!      re-send pending acquires and releases as they were ─────────────────▶   granted;
+//!      tx = the new stream                                                     same answers
+//!    connections refused for a TTL: expired, pending calls fail (SessionExpired)
+//!    close() meanwhile: stop at the next attempt; a resume that just succeeded gets Close
+//! ```
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,17 +76,33 @@ use tokio::sync::{mpsc, oneshot};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One stream: messages out, messages in.
-pub(crate) struct Transport {
-    pub(crate) tx: mpsc::UnboundedSender<ClientMessage>,
-    pub(crate) rx: BoxStream<'static, Result<ServerMessage>>,
+// `pub` so the `test-transport` feature can hand it to this crate's tests (`testing`); without
+// that feature it stays unreachable from outside the crate.
+#[cfg_attr(not(feature = "test-transport"), allow(unreachable_pub))]
+pub struct Transport {
+    /// Messages to the server, in order. A send that fails (the stream is gone) is noticed by
+    /// the reader's end of the stream, not by the sender.
+    pub tx: mpsc::UnboundedSender<ClientMessage>,
+    /// Messages from the server; an error or the end of the stream breaks it.
+    pub rx: BoxStream<'static, Result<ServerMessage>>,
 }
 
-/// Opens new streams to the server.
+impl std::fmt::Debug for Transport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Transport").field("open", &!self.tx.is_closed()).finish_non_exhaustive()
+    }
+}
+
+/// Opens new streams to the server (gRPC, in-process, or a test's double).
+// `pub` for the same reason as `Transport`.
+#[cfg_attr(not(feature = "test-transport"), allow(unreachable_pub))]
 #[async_trait]
-pub(crate) trait Connector: Send + Sync + 'static {
+pub trait Connector: Send + Sync + 'static {
+    /// The backend's URL, for errors and logs.
     fn describe(&self) -> String;
     /// URL scheme, the `backend` label of the waiter wake-up counter.
     fn scheme(&self) -> &'static str;
+    /// A new stream; the session's first message on it is `open`.
     async fn connect(&self) -> Result<Transport>;
 }
 
@@ -39,15 +110,20 @@ struct Pending {
     reply: oneshot::Sender<Result<Out>>,
     /// Re-sent as is after a resume (acquire, release, cancel are idempotent on the server).
     resend: Option<ClientMessage>,
+    /// Handed to a stream (it may have reached the server); `false` for a call queued while
+    /// reconnecting, which a dropped caller can simply forget.
+    sent: bool,
 }
 
 #[derive(Default)]
 struct State {
     tx: Option<mpsc::UnboundedSender<ClientMessage>>,
     pending: HashMap<u64, Pending>,
-    /// Acquisitions dropped before their answer: a grant that still arrives is released.
+    /// Acquisitions dropped before their answer: a grant that still arrives is released. An
+    /// entry ends with the answer to the `Cancel` that withdraws it, the last message the
+    /// server sends about that acquisition.
     abandoned: HashMap<u64, (String, String)>,
-    /// Cancel message id → the acquisition it withdraws.
+    /// Cancel message id → the acquisition it withdraws (on the current stream only).
     cancels: HashMap<u64, u64>,
     expired: bool,
     closed: bool,
@@ -56,6 +132,8 @@ struct State {
 struct Shared {
     /// Set when the stream task has ended (the server has closed our stream after `Close`).
     done: tokio::sync::watch::Sender<bool>,
+    /// Wakes a reconnect loop that waits between attempts when `close` is called.
+    closing: tokio::sync::Notify,
     session: u64,
     /// The lease the server granted at the opening.
     lease: Duration,
@@ -79,10 +157,28 @@ impl Shared {
         Error::Unavailable { backend: self.connector.describe(), message: message.into() }
     }
 
-    fn send_now(&self, msg: ClientMessage) {
-        if let Some(tx) = &self.state().tx {
-            let _ = tx.send(msg);
+    /// Gives back the hold `(name, owner, token)` that nobody waits for (a grant that came for
+    /// a dropped acquisition). Tracked like a call whose caller has gone: re-sent after a resume
+    /// until answered, so a break cannot leave the hold behind.
+    ///
+    /// Not if an acquisition of the same `(name, owner)` awaits its answer (a retry with an
+    /// explicit owner): the server keeps one hold per owner in a session and answers a repeated
+    /// acquire with it, so this grant is that call's hold too. The Cancel ending the dropped
+    /// acquisition always goes out before such a retry, so a late grant never meets a retry
+    /// that was already answered (see `reconnect` for the order after a resume).
+    fn release_unwanted(&self, st: &mut State, name: String, owner: String, token: u64) {
+        let retried = st.pending.values().any(|p| {
+            matches!(&p.resend, Some(ClientMessage { body: Some(In::Acquire(a)), .. }) if a.name == name && a.owner == owner)
+        });
+        if retried {
+            return;
         }
+        let id = self.id();
+        let msg = ClientMessage { id, body: Some(In::Release(locksmith_proto::Release { name, owner, token })) };
+        let sent = st.tx.as_ref().is_some_and(|tx| tx.send(msg.clone()).is_ok());
+        // The answer has nowhere to go; the entry only keeps the message until it is answered.
+        let (reply, _) = oneshot::channel();
+        st.pending.insert(id, Pending { reply, resend: Some(msg), sent });
     }
 }
 
@@ -105,6 +201,7 @@ impl StreamSession {
         let (session, lease) = handshake(&mut transport, &connector, ttl, 0).await?;
         let shared = Arc::new(Shared {
             done: tokio::sync::watch::channel(false).0,
+            closing: tokio::sync::Notify::new(),
             session,
             ttl,
             lease,
@@ -128,41 +225,65 @@ impl StreamSession {
             if st.expired || st.closed {
                 return Err(Error::SessionExpired);
             }
-            match &st.tx {
-                Some(t) => {
-                    let _ = t.send(msg.clone());
-                }
+            let sent = match &st.tx {
+                Some(t) => t.send(msg.clone()).is_ok(),
                 None if !resend => return Err(self.shared.unavailable("reconnecting")),
-                None => {}
-            }
-            st.pending.insert(id, Pending { reply: tx, resend: resend.then_some(msg) });
+                None => false,
+            };
+            st.pending.insert(id, Pending { reply: tx, resend: resend.then_some(msg), sent });
         }
         // Synchronous on purpose: the Cancel must be queued under the state lock, before any
         // later message of this session, and also when no runtime is left.
-        let call = CancelGuard::sync("stream call", (self.shared.clone(), id, acquire), |(shared, id, acquire)| {
-            withdraw(&shared, id, acquire);
-        });
-        let out = rx.await;
+        let mut call = CancelGuard::sync(
+            "stream call",
+            InFlight { shared: self.shared.clone(), id, acquire, answer: rx },
+            withdraw,
+        );
+        let out = (&mut call.state_mut().answer).await;
         call.disarm();
         out.map_err(|_| self.shared.unavailable("session stream closed"))?
     }
 }
 
-/// Forgets the pending call `id` whose future was dropped; an acquisition (`Some((name,
-/// owner))`) is withdrawn with a `Cancel`, and a grant that still arrives is released (see
-/// `dispatch`).
-fn withdraw(shared: &Shared, id: u64, acquire: Option<(String, String)>) {
+/// What a dropped call leaves to clean up: its id, the `(name, owner)` of an acquisition, and
+/// its answer slot, which may already hold an answer the caller never saw.
+struct InFlight {
+    shared: Arc<Shared>,
+    id: u64,
+    acquire: Option<(String, String)>,
+    answer: oneshot::Receiver<Result<Out>>,
+}
+
+/// Cleans up after a call whose future was dropped. Not answered yet: the call is forgotten,
+/// and an acquisition is withdrawn with a `Cancel` (a grant that still arrives is released,
+/// see `dispatch`). Already answered (the answer waits, unseen, in its slot): a grant is
+/// released, since nobody will ever hold it.
+fn withdraw(call: InFlight) {
+    let InFlight { shared, id, acquire, mut answer } = call;
     let mut st = shared.state();
-    st.pending.remove(&id);
-    if let Some(key) = acquire {
-        st.abandoned.insert(id, key);
-        let cancel_id = shared.id();
-        st.cancels.insert(cancel_id, id);
-        if let Some(tx) = &st.tx {
-            let body = In::Cancel(locksmith_proto::Cancel { request: id });
-            let _ = tx.send(ClientMessage { id: cancel_id, body: Some(body) });
+    if let Some(p) = st.pending.remove(&id) {
+        // An acquisition that never left this process has nothing to withdraw.
+        if let (Some(key), true) = (acquire, p.sent) {
+            st.abandoned.insert(id, key);
+            // With no stream now, the resume withdraws it (see `reconnect`).
+            if let Some(tx) = st.tx.clone() {
+                send_cancel(&shared, &mut st, &tx, id);
+            }
         }
+        return;
     }
+    // `dispatch` answers under the state lock we hold, so the slot is settled.
+    if let (Some((name, owner)), Ok(Ok(Out::Granted(g)))) = (acquire, answer.try_recv()) {
+        shared.release_unwanted(&mut st, name, owner, g.token);
+    }
+}
+
+/// Withdraws the abandoned acquisition `request` with a `Cancel` on `tx`; its answer ends the
+/// entry (see `dispatch`).
+fn send_cancel(shared: &Shared, st: &mut State, tx: &mpsc::UnboundedSender<ClientMessage>, request: u64) {
+    let id = shared.id();
+    st.cancels.insert(id, request);
+    let _ = tx.send(ClientMessage { id, body: Some(In::Cancel(locksmith_proto::Cancel { request })) });
 }
 
 /// Opens (or resumes) the session on a fresh stream: its id and the lease the server granted.
@@ -254,36 +375,57 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
     // Unjittered: one client's own reconnect, nothing for others to collide with.
     let mut backoff = Backoff::custom(Duration::from_millis(5), shared.ttl / 10, Jitter::None);
     loop {
+        if shared.state().closed {
+            // Closed while no stream was up: nothing left to tell the server that its lease
+            // will not say by itself; `close` returns now instead of after the TTL.
+            return None;
+        }
         if tokio::time::Instant::now() >= give_up {
             let mut st = shared.state();
             st.expired = true;
             fail_all(&mut st, || Error::SessionExpired);
             return None;
         }
-        tokio::time::sleep(backoff.delay(None)).await;
+        tokio::select! {
+            _ = tokio::time::sleep(backoff.delay(None)) => {}
+            // `notify_one` keeps a permit, so a `close` that came before this wait counts.
+            _ = shared.closing.notified() => continue,
+        }
         let Ok(mut t) = shared.connector.connect().await else { continue };
         match handshake(&mut t, &shared.connector, shared.ttl, shared.session).await {
             Ok(_) => {
                 let mut st = shared.state();
-                for p in st.pending.values() {
+                if st.closed {
+                    // Closed while this attempt was under way, and the server has just resumed
+                    // (renewed) the session: end it, so its holds are freed now rather than a
+                    // TTL later. The server then ends the stream, which ends this task.
+                    let body = In::Close(locksmith_proto::Close {});
+                    let _ = t.tx.send(ClientMessage { id: shared.id(), body: Some(body) });
+                    return Some(t);
+                }
+                // Cancels sent on the old stream are answered there or never.
+                st.cancels.clear();
+                // A dropped acquisition may still be queued (its Cancel never went out, or was
+                // lost) or may have been granted with the grant lost: ask again without waiting
+                // (a grant, old or new, is released when it arrives), then withdraw it. The
+                // Cancel's answer comes after every other answer about it and ends the entry.
+                // Before the re-sends below: a retry of the same owner among them must still be
+                // waiting when a grant for the dropped one comes (see `release_unwanted`).
+                let abandoned: Vec<(u64, (String, String))> =
+                    st.abandoned.iter().map(|(id, key)| (*id, key.clone())).collect();
+                for (id, (name, owner)) in abandoned {
+                    let body = In::Acquire(locksmith_proto::Acquire { name, owner, wait: false, lock_delay_ms: 0 });
+                    let _ = t.tx.send(ClientMessage { id, body: Some(body) });
+                    send_cancel(shared, &mut st, &t.tx, id);
+                }
+                for p in st.pending.values_mut() {
                     if let Some(m) = &p.resend {
                         // A waiting acquisition asks the server again: one wake-up.
                         if matches!(&m.body, Some(In::Acquire(a)) if a.wait) {
                             locksmith_core::metrics::wakeup(shared.connector.scheme());
                         }
-                        let _ = t.tx.send(m.clone());
+                        p.sent = t.tx.send(m.clone()).is_ok();
                     }
-                }
-                // A dropped acquisition may have been granted while we were away: ask again
-                // without waiting; the answer is released if it is a grant.
-                for (id, (name, owner)) in &st.abandoned {
-                    let body = In::Acquire(locksmith_proto::Acquire {
-                        name: name.clone(),
-                        owner: owner.clone(),
-                        wait: false,
-                        lock_delay_ms: 0,
-                    });
-                    let _ = t.tx.send(ClientMessage { id: *id, body: Some(body) });
                 }
                 st.tx = Some(t.tx.clone());
                 tracing::info!(session = shared.session, "session resumed on a new stream");
@@ -322,22 +464,20 @@ fn dispatch(shared: &Shared, m: ServerMessage) {
     }
     match body {
         Out::Granted(g) => {
-            if let Some((name, owner)) = st.abandoned.remove(&m.id) {
-                let id = shared.id();
-                drop(st);
-                let body = In::Release(locksmith_proto::Release { name, owner, token: g.token });
-                shared.send_now(ClientMessage { id, body: Some(body) });
+            // The entry stays: the re-ask after a resume may answer with this same grant again
+            // (released twice: the second release changes nothing).
+            if let Some((name, owner)) = st.abandoned.get(&m.id).cloned() {
+                shared.release_unwanted(&mut st, name, owner, g.token);
             }
         }
-        Out::Busy(_) | Out::Error(_) => {
-            st.abandoned.remove(&m.id);
-        }
         Out::Cancelled(_) => {
-            // Every grant sent before the cancel was handled has arrived by now (one stream).
+            // Every answer about the acquisition sent before the Cancel was handled has arrived
+            // by now (one stream), and none comes after it.
             if let Some(acquire) = st.cancels.remove(&m.id) {
                 st.abandoned.remove(&acquire);
             }
         }
+        // Busy or an error for an abandoned acquisition, answers to calls nobody waits for.
         _ => {}
     }
 }
@@ -400,6 +540,8 @@ impl Session for StreamSession {
             }
             fail_all(&mut st, || Error::SessionExpired);
         }
+        // A reconnect loop between attempts stops at once (see `reconnect`).
+        self.shared.closing.notify_one();
         // The server ends our stream once it has handled `Close`; wait for that, so a process
         // that exits right after closing leaves nothing behind (callers bound this wait).
         let mut done = self.shared.done.subscribe();

@@ -216,11 +216,15 @@ impl Actor {
                 Ok((session, ttl)) => {
                     // A resumed session's new stream replaces the old one.
                     self.conns.insert(session, (conn, out));
-                    self.collect();
+                    // `Opened` first: the client takes the stream's first message as the
+                    // answer to its `open`, and a resume can emit a grant for this very session
+                    // (its expiry pass ends another lease the session was queued behind). Both
+                    // go out in one batch, after its records.
                     let opened = Reply::Opened { session, ttl };
                     if let Some(m) = opened.into_message(id) {
                         self.send(session, m);
                     }
+                    self.collect();
                     let _ = reply.send(Some(session));
                 }
                 Err(r) => {
@@ -284,5 +288,65 @@ impl Actor {
         if let Some(m) = reply.into_message(id) {
             self.send(session, m);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use locksmith_proto::server_message::Body;
+
+    use super::*;
+    use crate::machine::Owner;
+
+    fn actor() -> Actor {
+        let machine = Machine::new(Limits::default(), 1);
+        Actor { machine, sink: Sink::Direct, conns: HashMap::new(), msgs: Vec::new(), records: Vec::new() }
+    }
+
+    /// Opens (or resumes) a session on connection `conn`; returns it and its stream's messages.
+    fn open(
+        actor: &mut Actor,
+        conn: u64,
+        ttl: Duration,
+        resume: Option<SessionId>,
+    ) -> (SessionId, mpsc::UnboundedReceiver<ServerMessage>) {
+        let (out, rx) = mpsc::unbounded_channel();
+        let (reply, mut opened) = oneshot::channel();
+        actor.handle(Command::Open { conn, id: 1, open: Open { ttl, resume }, out, reply });
+        actor.flush().unwrap();
+        (opened.try_recv().unwrap().unwrap(), rx)
+    }
+
+    fn acquire(actor: &mut Actor, session: SessionId, conn: u64, id: u64, owner: &str) {
+        let request = Ok(Request::Acquire {
+            name: LockName::new("x").unwrap(),
+            owner: Owner::new(owner).unwrap(),
+            wait: true,
+            lock_delay: Duration::ZERO,
+        });
+        actor.handle(Command::Request { session, conn, id, request });
+        actor.flush().unwrap();
+    }
+
+    /// The first message on a resumed stream answers the `open`, also when resuming hands the
+    /// session a lock (another session's lease ran out meanwhile): the grant follows it.
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_stream_starts_with_opened_even_when_the_resume_grants() {
+        let mut actor = actor();
+        let (b, _b_out) = open(&mut actor, 1, Duration::from_secs(1), None);
+        acquire(&mut actor, b, 1, 2, "b");
+        let (a, _old) = open(&mut actor, 2, Duration::from_secs(10), None);
+        acquire(&mut actor, a, 2, 5, "a");
+        actor.handle(Command::Detach { session: a, conn: 2 });
+        // b's lease runs out with nobody ticking the machine: the resume's expiry pass finds it.
+        tokio::time::advance(Duration::from_millis(1_500)).await;
+
+        let (resumed, mut out) = open(&mut actor, 3, Duration::from_secs(10), Some(a));
+        assert_eq!(resumed, a);
+        let first = out.try_recv().unwrap();
+        assert!(matches!(first.body, Some(Body::Opened(_))), "first message: {first:?}");
+        let second = out.try_recv().unwrap();
+        assert_eq!(second.id, 5);
+        assert!(matches!(second.body, Some(Body::Granted(g)) if g.queued), "{second:?}");
     }
 }

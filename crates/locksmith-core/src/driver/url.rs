@@ -254,39 +254,31 @@ impl BackendUrl {
     /// The URL with the password replaced by `***` and the values of secret-looking options
     /// (`password`, `pass`, `secret`, `token`, `key`) masked.
     pub fn redacted(&self) -> String {
-        self.render(true, Some(self.query.as_slice()))
+        self.render(Credentials::Masked, true, &self.query)
     }
 
     /// The URL as operators should see it in messages, logs and metric labels: scheme, user,
     /// hosts with ports and path, no password, and of the query only `extra`.
     pub fn describe(&self, extra: &[(&str, &str)]) -> String {
         let extra: Vec<(String, String)> = extra.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let mut out = self.render(false, Some(&extra));
-        if let Some(i) = out.find("***@") {
-            // describe() names the user only.
-            out.replace_range(i - 1..i + 3, "");
-        }
-        out
+        self.render(Credentials::UserOnly, false, &extra)
     }
 
     /// The whole URL, credentials and remaining options included, for a client library to
     /// connect with. A secret: never print it.
     pub fn to_driver_url(&self) -> String {
-        self.render(false, Some(self.query.as_slice())).replacen(
-            ":***@",
-            &format!(":{}@", encode(self.password.as_deref().unwrap_or_default())),
-            usize::from(self.password.is_some()),
-        )
+        self.render(Credentials::Exposed, false, &self.query)
     }
 
-    fn render(&self, mask_options: bool, query: Option<&[(String, String)]>) -> String {
+    fn render(&self, credentials: Credentials, mask_options: bool, query: &[(String, String)]) -> String {
         let mut out = format!("{}://", self.scheme.name);
         if self.scheme.networked {
-            match (&self.user, &self.password) {
-                (Some(u), Some(_)) => out.push_str(&format!("{}:***@", encode(u))),
-                (None, Some(_)) => out.push_str(":***@"),
-                (Some(u), None) => out.push_str(&format!("{}@", encode(u))),
-                (None, None) => {}
+            let user = self.user.as_deref().map(encode).unwrap_or_default();
+            match (&self.password, credentials) {
+                (Some(_), Credentials::Masked) => out.push_str(&format!("{user}:***@")),
+                (Some(p), Credentials::Exposed) => out.push_str(&format!("{user}:{}@", encode(p))),
+                _ if !user.is_empty() => out.push_str(&format!("{user}@")),
+                _ => {}
             }
             let hosts: Vec<String> = self.hosts.iter().map(HostPort::to_string).collect();
             out.push_str(&hosts.join(","));
@@ -297,7 +289,6 @@ impl BackendUrl {
         } else {
             out.push_str(&encode_path(&self.path));
         }
-        let query = query.unwrap_or_default();
         if !query.is_empty() {
             let pairs: Vec<String> = query
                 .iter()
@@ -327,6 +318,17 @@ impl fmt::Debug for BackendUrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "BackendUrl({})", self.redacted())
     }
+}
+
+/// How [`BackendUrl::render`] writes the credentials.
+#[derive(Clone, Copy)]
+enum Credentials {
+    /// `user:***@`: printed, with a password hidden.
+    Masked,
+    /// `user@`: a description, no sign of a password.
+    UserOnly,
+    /// `user:password@`: for the client library. A secret.
+    Exposed,
 }
 
 fn is_secret_option(key: &str) -> bool {
@@ -525,6 +527,9 @@ mod tests {
         assert_eq!(u.to_driver_url(), "postgres://app:p%40ss@db:5433/locks?sslmode=require");
         assert_eq!(u.describe(&[("mode", "advisory")]), "postgres://app@db:5433/locks?mode=advisory");
         assert!(u.refuse_other_options(&["mode"]).is_err());
+        let u = BackendUrl::parse("redis://:pw@h").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((u.describe(&[]).as_str(), u.redacted().as_str()), ("redis://h:6379", "redis://:***@h:6379"));
+        assert_eq!(u.to_driver_url(), "redis://:pw@h:6379");
     }
 
     #[test]

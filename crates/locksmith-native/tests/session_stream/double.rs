@@ -360,6 +360,10 @@ impl Backend for LinkBackend {
         self.0.describe()
     }
 
+    fn scheme(&self) -> &'static str {
+        "memory"
+    }
+
     async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
         open_session(Arc::new(self.0.clone()), ttl).await
     }

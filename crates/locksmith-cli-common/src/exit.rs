@@ -14,6 +14,11 @@ pub const DATA: u8 = 65;
 pub const NOT_ACQUIRED: u8 = 75;
 /// `run`: the lock was lost while the command ran; the command was stopped.
 pub const LOST: u8 = 76;
+/// The backend refused our credentials or permissions (sysexits `EX_NOPERM`).
+pub const AUTH: u8 = 77;
+/// The connection's configuration is wrong: TLS verification, TLS required, unreadable
+/// certificate or key files (sysexits `EX_CONFIG`).
+pub const CONFIG: u8 = 78;
 
 /// Prints `err` and returns the exit code that classifies it.
 pub fn report(context: &str, err: &locksmith_core::Error) -> ExitCode {
@@ -29,6 +34,8 @@ pub fn code_for(err: &locksmith_core::Error) -> u8 {
             USAGE
         }
         E::Unavailable { .. } => UNAVAILABLE,
+        E::Auth { .. } => AUTH,
+        E::Config { .. } => CONFIG,
         E::Timeout => NOT_ACQUIRED,
         E::Corrupt(_) => DATA,
         _ => 1,

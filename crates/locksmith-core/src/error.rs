@@ -38,6 +38,25 @@ pub enum Error {
         /// Why.
         message: String,
     },
+    /// The backend was reached but the connection's configuration is wrong: a certificate that
+    /// does not verify, TLS required by one side and not offered by the other, an unreadable CA
+    /// or key file. Retrying changes nothing: fix the configuration.
+    #[error("backend {backend}: configuration error: {message}")]
+    Config {
+        /// Which backend (without credentials).
+        backend: String,
+        /// What is wrong (never a password or key).
+        message: String,
+    },
+    /// The backend refused our credentials (wrong password, unknown user, a client certificate
+    /// it does not accept) or our permissions. Retrying changes nothing.
+    #[error("backend {backend}: authentication failed: {message}")]
+    Auth {
+        /// Which backend (without credentials).
+        backend: String,
+        /// What the backend said (never a password).
+        message: String,
+    },
     /// The backend cannot give a safe fencing token (Redlock) and the caller did not opt in to
     /// locking without one.
     #[error("{0} cannot give a safe fencing token; opt in with LockOptions::allow_unfenced (`locksmith run --unfenced`) to lock without one")]

@@ -56,7 +56,8 @@ pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
     // each driver then reads the parts it understands.
     let parsed = driver::BackendUrl::parse(url)?;
     let scheme = parsed.scheme();
-    match scheme.name {
+    // A TLS scheme (`rediss`) goes to the driver of its base scheme.
+    match scheme.base {
         #[cfg(feature = "native")]
         "locksmith" => Ok(Arc::new(locksmith_native::NativeBackend::from_url(url)?)),
         #[cfg(feature = "memory")]

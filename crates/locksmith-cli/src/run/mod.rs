@@ -40,6 +40,8 @@ Exit codes:
   76                  the lock was lost while the command ran; the command was stopped
   2                   bad arguments (name, TTL, duration, URL)
   69                  backend unreachable
+  77                  credentials or permissions refused by the backend
+  78                  configuration error (TLS verification, TLS required, certificate files)
   126, 127            the command could not be executed / was not found
   130, 143            interrupted (SIGINT, SIGTERM) while waiting; nothing ran";
 

@@ -7,6 +7,7 @@
 //!   ends with.
 //! - [`url`]: [`BackendUrl`] and the scheme table [`SCHEMES`]; [`redact`] for text that may
 //!   hold a password.
+//! - [`tls`]: [`TlsFiles`], the `?ca=&cert=&key=` options every non-SQL driver reads.
 //! - [`timing`]: the waiters' [`Backoff`], the clock-drift margin [`drift`], [`millis`].
 //!
 //! A new driver is its protocol (scripts, queries, node layouts) plus these parts; the engine
@@ -15,9 +16,11 @@
 pub mod cancel;
 pub mod holds;
 pub mod timing;
+pub mod tls;
 pub mod url;
 
 pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
 pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};
+pub use tls::TlsFiles;
 pub use url::{known_schemes, redact, scheme_info, BackendUrl, HostPort, Scheme, SCHEMES};

@@ -26,10 +26,18 @@ pub struct Scheme {
     pub networked: bool,
     /// The cargo feature of the `locksmith` facade that builds its driver in.
     pub feature: &'static str,
+    /// Whether the scheme itself asks for TLS (`rediss`, `etcds`).
+    pub tls: bool,
+    /// The scheme of the same backend without TLS (`redis` for `rediss`); itself otherwise.
+    pub base: &'static str,
 }
 
 const fn scheme(name: &'static str, default_port: Option<u16>, networked: bool, feature: &'static str) -> Scheme {
-    Scheme { name, default_port, networked, feature }
+    Scheme { name, default_port, networked, feature, tls: false, base: name }
+}
+
+const fn tls_scheme(name: &'static str, base: &'static str, default_port: u16, feature: &'static str) -> Scheme {
+    Scheme { name, default_port: Some(default_port), networked: true, feature, tls: true, base }
 }
 
 /// Every scheme locksmith knows, built into a binary or not.
@@ -37,8 +45,10 @@ pub const SCHEMES: &[Scheme] = &[
     scheme("locksmith", Some(7531), true, "native"),
     scheme("memory", None, false, "memory"),
     scheme("redis", Some(6379), true, "redis"),
+    tls_scheme("rediss", "redis", 6379, "redis"),
     scheme("redlock", Some(6379), true, "redlock"),
     scheme("etcd", Some(2379), true, "etcd"),
+    tls_scheme("etcds", "etcd", 2379, "etcd"),
     scheme("zk", Some(2181), true, "zk"),
     scheme("postgres", Some(5432), true, "sql"),
     scheme("postgresql", Some(5432), true, "sql"),

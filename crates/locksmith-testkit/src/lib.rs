@@ -6,6 +6,7 @@
 //! processes killed, paused and interrupted, for the CLI's tests.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
+mod certs;
 mod etcd;
 mod mysql;
 mod native;
@@ -17,6 +18,7 @@ mod redis;
 mod run_process;
 mod zk;
 
+pub use certs::TestCerts;
 pub use etcd::EtcdServer;
 pub use mysql::{MySqlServer, MYSQL_SETUP};
 pub use native::NativeServer;

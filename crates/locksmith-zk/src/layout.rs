@@ -47,6 +47,17 @@ pub(crate) fn map_err(url: &str, e: zk::Error) -> Error {
         zk::Error::ConnectionLoss | zk::Error::Timeout | zk::Error::NoHosts | zk::Error::ClientClosed => {
             Error::Unavailable { backend: url.to_string(), message: e.to_string() }
         }
+        zk::Error::AuthFailed => Error::Auth {
+            backend: url.to_string(),
+            message: "ZooKeeper refused the digest credentials (user:password@)".into(),
+        },
+        zk::Error::NoAuth => Error::Auth {
+            backend: url.to_string(),
+            message: "ZooKeeper denied the operation: the node's ACL does not grant it to these credentials".into(),
+        },
+        zk::Error::InvalidAcl => {
+            Error::Config { backend: url.to_string(), message: "ZooKeeper refused the ACL".into() }
+        }
         other => Error::Backend(format!("zookeeper {url}: {other}")),
     }
 }

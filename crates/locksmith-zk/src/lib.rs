@@ -1,6 +1,7 @@
 //! # locksmith-zk: ZooKeeper as a locksmith backend
 //!
-//! URL: `zk://host[:port][,host[:port]…][/path]` (port 2181 when omitted). Building a [`ZkBackend`] does no I/O; sessions
+//! URL: `zk://[user:password@]host[:port][,host[:port]…][/path][?acl=creator|creator-read|open]`
+//! (port 2181 when omitted). Building a [`ZkBackend`] does no I/O; sessions
 //! connect when opened (within 3 s, else [`Error::Unavailable`]). The URL path is the **base**
 //! under which lock directories live (default `/locksmith`); it is a plain path prefix, not a
 //! ZooKeeper chroot, and is created on demand.
@@ -17,6 +18,23 @@
 //! it goes (no herd). The fencing token is the czxid of the holder's node: zxids grow across
 //! the whole ensemble, so tokens grow per lock. Release deletes our node; if the connection
 //! was lost while creating it, the node is found again by its uuid.
+//!
+//! ## Authentication and ACLs
+//! `zk://user:password@host/…` authenticates the session with ZooKeeper's `digest` scheme, and
+//! every node the driver creates (the base path, lock directories, lock nodes) gets a
+//! creator-only ACL (`auth` ALL): other credentials and anonymous clients can neither delete our
+//! nodes nor join or list our locks; `?acl=creator-read` adds `world:anyone` READ so that
+//! anyone may observe (status, Curator/kazoo observers) but not change them; `?acl=open` keeps
+//! the world-writable ACL. Without credentials nodes are world-writable (ZooKeeper has no identity
+//! to restrict them to) — the layout Curator and kazoo use by default. An operation the ACL
+//! denies is [`Error::Auth`] ("the node's ACL does not grant it to these credentials"): with
+//! digest authentication a wrong password is not refused at login, it is a different identity.
+//! All clients that share locks must use the same credentials (or `creator-read` to observe).
+//!
+//! TLS (ZooKeeper's `secureClientPort`) is not offered: the `zookeeper-client` crate's `tls`
+//! feature turns on rustls's default features, which build the aws-lc-rs crypto provider next to
+//! the workspace's one (ring), and Debian's ZooKeeper 3.8 needs Netty added to its classpath for
+//! a TLS port. Use a TLS tunnel or a private network to the ensemble.
 //!
 //! ## Sessions and the fault model
 //! One locksmith session is one ZooKeeper session whose timeout is the lock TTL. The server
@@ -81,7 +99,7 @@ impl ZkBackend {
     }
 
     async fn connect(&self, timeout: Duration) -> Result<zk::Client> {
-        connect(&self.url, &self.parsed.hosts, timeout).await
+        connect(&self.url, &self.parsed, timeout).await
     }
 
     async fn status_client(&self) -> Result<zk::Client> {
@@ -127,11 +145,15 @@ impl ZkBackend {
     }
 }
 
-pub(crate) async fn connect(url: &str, hosts: &str, session_timeout: Duration) -> Result<zk::Client> {
-    let fut = zk::Client::connector().with_session_timeout(session_timeout).connect(hosts);
+pub(crate) async fn connect(url: &str, parsed: &url::ZkUrl, session_timeout: Duration) -> Result<zk::Client> {
+    let mut connector = zk::Client::connector().with_session_timeout(session_timeout);
+    if let Some(digest) = &parsed.digest {
+        connector = connector.with_auth("digest", digest.0.as_bytes());
+    }
+    let fut = connector.connect(&parsed.hosts);
     match tokio::time::timeout(CONNECT_TIMEOUT, fut).await {
         Ok(Ok(c)) => Ok(c),
-        Ok(Err(e)) => Err(Error::Unavailable { backend: url.to_string(), message: e.to_string() }),
+        Ok(Err(e)) => Err(map_err(url, e)),
         Err(_) => Err(Error::Unavailable {
             backend: url.to_string(),
             message: format!("no session established within {CONNECT_TIMEOUT:?}"),
@@ -163,7 +185,7 @@ impl locksmith_core::Backend for ZkBackend {
                 self.url
             )));
         }
-        Ok(Box::new(session::ZkSession::new(client, self.url.clone(), self.parsed.base.clone())))
+        Ok(Box::new(session::ZkSession::new(client, self.url.clone(), self.parsed.base.clone(), self.parsed.acl)))
     }
 
     /// Status of one lock, or of every lock directory under the base.

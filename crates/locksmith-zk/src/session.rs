@@ -8,13 +8,15 @@ use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Resul
 use zookeeper_client as zk;
 
 use crate::layout::{contenders, map_err, retry};
-use crate::url::lock_dir;
+use crate::url::{lock_dir, NodeAcl};
 
 /// How long `close` waits for the server to confirm the session's end.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
 
 pub(crate) struct ZkSession {
     lease: Duration,
+    /// The ACL of every node this session creates.
+    acl: NodeAcl,
     client: Mutex<Option<zk::Client>>,
     id: String,
     url: String,
@@ -24,10 +26,10 @@ pub(crate) struct ZkSession {
 }
 
 impl ZkSession {
-    pub(crate) fn new(client: zk::Client, url: String, base: String) -> Self {
+    pub(crate) fn new(client: zk::Client, url: String, base: String, acl: NodeAcl) -> Self {
         let id = format!("{:x}", client.session_id().0);
         let lease = client.session_timeout();
-        Self { lease, client: Mutex::new(Some(client)), id, url, base, holds: HoldTable::default() }
+        Self { lease, acl, client: Mutex::new(Some(client)), id, url, base, holds: HoldTable::default() }
     }
 
     fn client(&self) -> Result<zk::Client> {
@@ -128,8 +130,8 @@ impl locksmith_core::Session for ZkSession {
                 let _ = delete_ours(&a.client, &a.dir, &a.marker, a.path.as_deref()).await;
             })
         });
-        let node_opts = zk::CreateMode::EphemeralSequential.with_acls(zk::Acls::anyone_all());
-        let dir_opts = zk::CreateMode::Persistent.with_acls(zk::Acls::anyone_all());
+        let node_opts = zk::CreateMode::EphemeralSequential.with_acls(self.acl.acls());
+        let dir_opts = zk::CreateMode::Persistent.with_acls(self.acl.acls());
         let mut attempts = 0;
         let (path, token) = loop {
             attempts += 1;

@@ -11,17 +11,76 @@ pub(crate) const DEFAULT_BASE: &str = "/locksmith";
 pub(crate) struct ZkUrl {
     pub(crate) hosts: String,
     pub(crate) base: String,
+    /// `user:password` for ZooKeeper's `digest` scheme. A secret: `Debug` hides it.
+    pub(crate) digest: Option<Digest>,
+    /// The ACL every node this driver creates gets.
+    pub(crate) acl: NodeAcl,
     /// The URL for messages and logs (no credentials).
     pub(crate) describe: String,
 }
 
-/// Parses `zk://host[:port][,host[:port]…][/base]` (port 2181 when omitted).
-pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
-    let u = BackendUrl::parse(url)?;
-    if u.scheme().name != "zk" {
-        return Err(u.invalid("expected zk://host:port[,host:port…][/path]".into()));
+/// `user:password` for the `digest` scheme.
+#[derive(Clone, PartialEq, Eq)]
+pub(crate) struct Digest(pub(crate) String);
+
+impl std::fmt::Debug for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Digest(***)")
     }
-    u.refuse_extras(false, true, false)?;
+}
+
+/// Which ACL the driver's nodes get.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NodeAcl {
+    /// `world:anyone` may do anything (no credentials: ZooKeeper knows no one to restrict to).
+    Open,
+    /// Only the creating identity (the digest user) may do anything.
+    Creator,
+    /// The creating identity may do anything, everyone may read (status, Curator observers).
+    CreatorWorldRead,
+}
+
+impl NodeAcl {
+    /// The ACL list ZooKeeper stores on each node.
+    pub(crate) fn acls(self) -> zookeeper_client::Acls<'static> {
+        use zookeeper_client::{Acl, Acls, Permission};
+        static CREATOR_ALL_WORLD_READ: [Acl; 2] =
+            [Acl::new_const(Permission::ALL, "auth", ""), Acl::new_const(Permission::READ, "world", "anyone")];
+        match self {
+            NodeAcl::Open => Acls::anyone_all(),
+            NodeAcl::Creator => Acls::creator_all(),
+            NodeAcl::CreatorWorldRead => Acls::new(&CREATOR_ALL_WORLD_READ),
+        }
+    }
+}
+
+/// Parses `zk://[user:password@]host[:port][,host[:port]…][/base][?acl=creator|creator-read|open]`
+/// (port 2181 when omitted).
+pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
+    let mut u = BackendUrl::parse(url)?;
+    if u.scheme().name != "zk" {
+        return Err(u.invalid("expected zk://[user:password@]host:port[,host:port…][/path]".into()));
+    }
+    let digest = match (u.username(), u.password()) {
+        (None, None) => None,
+        (Some(user), Some(pass)) => Some(Digest(format!("{user}:{pass}"))),
+        _ => return Err(u.invalid("digest authentication needs user:password@".into())),
+    };
+    let acl = match (u.take_option("acl").as_deref(), digest.is_some()) {
+        (None, true) | (Some("creator"), true) => NodeAcl::Creator,
+        (Some("creator-read"), true) => NodeAcl::CreatorWorldRead,
+        (None, false) | (Some("open"), _) => NodeAcl::Open,
+        (Some("creator" | "creator-read"), false) => {
+            return Err(u.invalid(
+                "acl=creator needs credentials (zk://user:password@…): ZooKeeper has no identity to \
+                 restrict the nodes to"
+                    .into(),
+            ))
+        }
+        (Some(other), _) => return Err(u.invalid(format!("acl={other:?}: expected creator, creator-read or open"))),
+    };
+    u.refuse_other_options(&["acl"])?;
+    u.refuse_extras(true, true, false)?;
     let hosts: Vec<String> = u.hosts().iter().map(ToString::to_string).collect();
     let trimmed = u.path().trim_end_matches('/');
     let base = if trimmed.is_empty() {
@@ -37,7 +96,11 @@ pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
         }
         trimmed.to_string()
     };
-    Ok(ZkUrl { hosts: hosts.join(","), base, describe: u.describe(&[]) })
+    let describe = match acl {
+        NodeAcl::CreatorWorldRead => u.describe(&[("acl", "creator-read")]),
+        _ => u.describe(&[]),
+    };
+    Ok(ZkUrl { hosts: hosts.join(","), base, digest, acl, describe })
 }
 
 /// Characters ZooKeeper refuses in paths (besides `/`), and `%`, our escape character.
@@ -105,9 +168,22 @@ mod tests {
         let u = parse("zk://a:1,b:2/app/locks/").unwrap();
         assert_eq!((u.hosts.as_str(), u.base.as_str()), ("a:1,b:2", "/app/locks"));
         assert_eq!(parse("zk://host").map(|u| u.hosts).ok().as_deref(), Some("host:2181"));
-        for bad in
-            ["zk://", "zk://h:0", "zk://h:x", "redis://h:1", "zk://h:1/a//b", "zk://h:1/zookeeper", "zk://u:p@h:1"]
-        {
+        let u = parse("zk://app:s3cret@h:1/locks").unwrap();
+        assert_eq!((u.acl, u.digest.as_ref().map(|d| d.0.as_str())), (NodeAcl::Creator, Some("app:s3cret")));
+        assert!(!format!("{u:?}").contains("s3cret") && !u.describe.contains("s3cret"));
+        assert_eq!(parse("zk://app:pw@h:1?acl=creator-read").unwrap().acl, NodeAcl::CreatorWorldRead);
+        assert_eq!(parse("zk://h:1").unwrap().acl, NodeAcl::Open);
+        for bad in [
+            "zk://",
+            "zk://h:0",
+            "zk://h:x",
+            "redis://h:1",
+            "zk://h:1/a//b",
+            "zk://h:1/zookeeper",
+            "zk://u@h:1",
+            "zk://h:1?acl=creator",
+            "zk://u:p@h:1?acl=all",
+        ] {
             assert!(matches!(parse(bad), Err(locksmith_core::Error::InvalidUrl { .. })), "{bad}");
         }
     }

@@ -64,7 +64,7 @@ async fn node_deleted_by_a_third_party_signals_loss() {
 /// typed errors, quickly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_urls_unreachable_servers_and_unsupported_ttls_are_typed_errors() {
-    for url in ["zk://", "zk://h:0", "zk://h:99999", "zk://h:1/a//b", "zk://u:p@h:1"] {
+    for url in ["zk://", "zk://h:0", "zk://h:99999", "zk://h:1/a//b", "zk://u@h:1", "zk://h:1?acl=creator"] {
         assert!(matches!(locksmith::connect(url).await, Err(locksmith::Error::InvalidUrl { .. })), "{url}");
     }
     let port = locksmith_testkit::free_port();

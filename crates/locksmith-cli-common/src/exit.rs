@@ -41,3 +41,20 @@ pub fn code_for(err: &locksmith_core::Error) -> u8 {
         _ => 1,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use locksmith_core::Error;
+
+    /// Configuration and authentication errors have codes of their own, never "unreachable".
+    #[test]
+    fn config_and_auth_errors_are_not_unreachable() {
+        let b = || "postgres://app@db:5432/x".to_string();
+        assert_eq!(code_for(&Error::Auth { backend: b(), message: "wrong password".into() }), AUTH);
+        assert_eq!(code_for(&Error::Config { backend: b(), message: "invalid peer certificate".into() }), CONFIG);
+        assert_eq!(code_for(&Error::Unavailable { backend: b(), message: "refused".into() }), UNAVAILABLE);
+        assert!(!Error::Auth { backend: b(), message: String::new() }.is_transient());
+        assert!(!Error::Config { backend: b(), message: String::new() }.is_transient());
+    }
+}

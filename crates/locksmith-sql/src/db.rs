@@ -47,6 +47,56 @@ macro_rules! pg_in_ms {
     };
 }
 
+/// What a driver error means for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Unavailable,
+    Config,
+    Auth,
+    Other,
+}
+
+fn classify(e: &sqlx::Error) -> Class {
+    match e {
+        sqlx::Error::Tls(_) => Class::Config,
+        // The TLS handshake runs inside the stream: a certificate that does not verify, or an
+        // alert from the server, arrives as an I/O error whose cause is rustls's.
+        sqlx::Error::Io(io) if is_tls_failure(io) => Class::Config,
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => Class::Unavailable,
+        sqlx::Error::Database(d) => {
+            let code = d.code();
+            let message = d.message().to_ascii_lowercase();
+            match code.as_deref() {
+                // SQLite busy/locked after the busy timeout; PostgreSQL shutting down or the
+                // connection failing.
+                Some("5" | "6" | "57P01" | "57P02" | "57P03" | "08006" | "08001") => Class::Unavailable,
+                // PostgreSQL invalid_password / invalid_authorization_specification (pg_hba
+                // refused the connection); MySQL/MariaDB access denied (SQLSTATE 28000).
+                Some("28P01" | "28000") => Class::Auth,
+                // MySQL: the account requires TLS (--require-secure-transport, REQUIRE SSL).
+                _ if message.contains("secure transport") || message.contains("requires ssl") => Class::Config,
+                // MySQL 42000 access denied to a database.
+                Some("42000") if message.contains("access denied") => Class::Auth,
+                _ => Class::Other,
+            }
+        }
+        _ => Class::Other,
+    }
+}
+
+/// Whether an I/O error is a failed TLS handshake (rustls's errors, as their text names them:
+/// `invalid peer certificate: UnknownIssuer`, `received fatal alert: …`, `peer is incompatible`).
+fn is_tls_failure(io: &std::io::Error) -> bool {
+    let text = locksmith_core::error_chain(io).to_ascii_lowercase();
+    ["invalid peer certificate", "received fatal alert", "peer is incompatible", "peer misbehaved", "certificate"]
+        .iter()
+        .any(|needle| text.contains(needle))
+}
+
 /// The outcome of one acquire transaction.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Attempt {
@@ -172,27 +222,19 @@ impl Db {
         self.config.dialect()
     }
 
-    /// Maps a driver error: connection trouble is [`Error::Unavailable`], the rest names the
-    /// database.
+    /// Maps a driver error: connection trouble is [`Error::Unavailable`]; TLS trouble
+    /// (verification failed, TLS required by one side only) is [`Error::Config`]; refused
+    /// credentials or a connection the server's access rules reject are [`Error::Auth`]; the rest
+    /// names the database.
     pub(crate) fn map_err(&self, e: sqlx::Error) -> Error {
         let label = self.dialect().label();
-        let unavailable = match &e {
-            sqlx::Error::Io(_)
-            | sqlx::Error::Tls(_)
-            | sqlx::Error::PoolTimedOut
-            | sqlx::Error::PoolClosed
-            | sqlx::Error::WorkerCrashed
-            | sqlx::Error::Protocol(_) => true,
-            // SQLite: still busy (another process's write) after the busy timeout.
-            sqlx::Error::Database(d) => {
-                matches!(d.code().as_deref(), Some("5" | "6" | "57P01" | "57P02" | "57P03" | "08006" | "08001"))
-            }
-            _ => false,
-        };
-        let text = locksmith_core::error_chain(&e);
-        match unavailable {
-            true => Error::Unavailable { backend: self.describe().to_string(), message: format!("{label}: {text}") },
-            false => Error::Backend(format!("{label}: {text}")),
+        let text = format!("{label}: {}", locksmith_core::error_chain(&e));
+        let backend = self.describe().to_string();
+        match classify(&e) {
+            Class::Unavailable => Error::Unavailable { backend, message: text },
+            Class::Config => Error::Config { backend, message: text },
+            Class::Auth => Error::Auth { backend, message: text },
+            Class::Other => Error::Backend(text),
         }
     }
 

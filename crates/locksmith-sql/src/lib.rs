@@ -124,6 +124,27 @@
 //! clients of one lock must use one mode. Advisory-lock keys are 64-bit hashes: two names that
 //! collide share a lock (over-exclusion). `status` reports the last token but no holder.
 //!
+//! ## TLS and authentication
+//! TLS is the database driver's own (sqlx on rustls with the ring provider; the system's trust
+//! store unless a CA file is named), spelled as each database spells it:
+//! - PostgreSQL: `?sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=FILE`
+//!   (`sslcert`/`sslkey` for a client certificate). `prefer`, libpq's and the default, falls back
+//!   to plaintext when the server offers no TLS: name `require` or better in production, and
+//!   `verify-full` to check the server's name too.
+//! - MySQL/MariaDB: `?ssl-mode=DISABLED|PREFERRED|REQUIRED|VERIFY_CA|VERIFY_IDENTITY&ssl-ca=FILE`
+//!   (`ssl-cert`/`ssl-key`). `PREFERRED` (the default) falls back like `prefer`. MySQL 8's
+//!   `caching_sha2_password` completes its full authentication over TLS; without TLS it would need
+//!   RSA key exchange (sqlx's `mysql-rsa`, whose only pure-Rust RSA crate carries
+//!   RUSTSEC-2023-0071), which is not built: use TLS for such accounts. Debian 12 ships MariaDB,
+//!   not MySQL 8, so that path is not tested here.
+//!
+//! Errors say what is wrong and are never retried: a certificate that does not verify, TLS
+//! required by one side only or refused by the account are [`Error::Config`](locksmith_core::Error::Config)
+//! (exit 78); a wrong password, an unknown user or a connection the server's access rules
+//! (`pg_hba.conf`, MySQL grants) reject are [`Error::Auth`](locksmith_core::Error::Auth) (exit 77). Connection refused stays
+//! [`Error::Unavailable`](locksmith_core::Error::Unavailable), with the database's own reason (a pool time-out is followed by one
+//! direct attempt that names it).
+//!
 //! ## Fault model (DESIGN.md §2.1)
 //! - Expiry is decided by the **database server's clock only**; clients' clocks never enter
 //!   the tables, so client clock skew cannot shorten or extend a lease. A jump of the database

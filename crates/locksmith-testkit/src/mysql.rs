@@ -28,6 +28,22 @@ impl MySqlServer {
     /// When MariaDB or the `mysql` account is missing (the message names the setup command), or
     /// the server is not ready within 30 s.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// [`MySqlServer::start`] serving TLS with the server certificate of `certs`, and a user
+    /// `app` with the password [`MySqlServer::APP_PASSWORD`] (all rights on the database).
+    ///
+    /// # Panics
+    /// As [`MySqlServer::start`].
+    pub fn start_tls(certs: &crate::TestCerts) -> Self {
+        Self::start_with(Some(certs))
+    }
+
+    /// The password of the `app` user of [`MySqlServer::start_tls`].
+    pub const APP_PASSWORD: &'static str = "app-s3cret";
+
+    fn start_with(certs: Option<&crate::TestCerts>) -> Self {
         let find = |names: &[&str]| -> Option<PathBuf> { names.iter().map(PathBuf::from).find(|p| p.exists()) };
         let server = find(&["/usr/sbin/mariadbd", "/usr/sbin/mysqld"])
             .unwrap_or_else(|| panic!("mariadbd is not installed; run: {MYSQL_SETUP}"));
@@ -68,6 +84,18 @@ impl MySqlServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
+        if let Some(certs) = certs {
+            // Read by mariadbd after it switched to the mysql account.
+            let files =
+                [("server.pem", certs.server_cert()), ("server.key", certs.server_key()), ("ca.pem", certs.ca())];
+            for (name, from) in &files {
+                std::fs::copy(from, dir.path().join(name)).expect("copy a TLS file");
+            }
+            run_ok("chown", Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(dir.path()));
+            cmd.arg(format!("--ssl-cert={}", dir.path().join("server.pem").display()))
+                .arg(format!("--ssl-key={}", dir.path().join("server.key").display()))
+                .arg(format!("--ssl-ca={}", dir.path().join("ca.pem").display()));
+        }
         let p = spawn("mariadbd", &mut cmd);
         let wd = watchdog("mariadbd", p.pid(), dir.path());
         let s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
@@ -97,6 +125,21 @@ impl MySqlServer {
                  GRANT ALL ON locksmith.* TO 'locksmith'@'%'; FLUSH PRIVILEGES;",
             ]),
         );
+        if certs.is_some() {
+            run_ok(
+                "create the app user",
+                Command::new(&client).arg("--no-defaults").arg(format!("--socket={}", sock.display())).args([
+                    "-u",
+                    "root",
+                    "-e",
+                    &format!(
+                        "CREATE USER 'app'@'%' IDENTIFIED BY '{}'; GRANT ALL ON locksmith.* TO 'app'@'%'; \
+                         GRANT PROCESS, CONNECTION ADMIN ON *.* TO 'app'@'%'; FLUSH PRIVILEGES;",
+                        Self::APP_PASSWORD
+                    ),
+                ]),
+            );
+        }
         s
     }
 

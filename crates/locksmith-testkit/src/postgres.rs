@@ -31,6 +31,23 @@ impl PostgresServer {
     /// When PostgreSQL 15 or the `postgres` account is missing (the message names the setup
     /// command), or the server is not ready within 30 s.
     pub fn start() -> Self {
+        Self::start_with(None)
+    }
+
+    /// [`PostgresServer::start`] serving TLS (`ssl = on`) with the server certificate of
+    /// `certs`, and a role `app` with the password [`PostgresServer::APP_PASSWORD`] that must
+    /// log in with it (scram-sha-256); `postgres` keeps trust authentication.
+    ///
+    /// # Panics
+    /// As [`PostgresServer::start`].
+    pub fn start_tls(certs: &crate::TestCerts) -> Self {
+        Self::start_with(Some(certs))
+    }
+
+    /// The password of the `app` role of [`PostgresServer::start_tls`].
+    pub const APP_PASSWORD: &'static str = "app-s3cret";
+
+    fn start_with(certs: Option<&crate::TestCerts>) -> Self {
         let bin = |b: &str| PathBuf::from(BIN).join(b);
         assert!(bin("postgres").exists(), "{} is missing; run: {POSTGRES_SETUP}", bin("postgres").display());
         let (uid, gid) = account("postgres").unwrap_or_else(|| panic!("no postgres account; run: {POSTGRES_SETUP}"));
@@ -48,11 +65,29 @@ impl PostgresServer {
                 .uid(uid)
                 .gid(gid),
         );
-        let conf = format!(
+        let mut conf = format!(
             "\nlisten_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n\
              max_connections = 400\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\n",
             dir.path().display()
         );
+        if let Some(certs) = certs {
+            // PostgreSQL reads them as its own user and refuses a key others can read.
+            let (cert, key) = (dir.path().join("server.pem"), dir.path().join("server.key"));
+            std::fs::copy(certs.server_cert(), &cert).expect("copy the server certificate");
+            std::fs::copy(certs.server_key(), &key).expect("copy the server key");
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod the key");
+            run_ok("chown", Command::new("chown").arg(format!("{uid}:{gid}")).arg(&cert).arg(&key));
+            conf.push_str(&format!(
+                "ssl = on\nssl_cert_file = '{}'\nssl_key_file = '{}'\npassword_encryption = 'scram-sha-256'\n",
+                cert.display(),
+                key.display()
+            ));
+            // First match wins: the app role must use its password; everyone else stays trusted.
+            let hba_path = data.join("pg_hba.conf");
+            let hba = std::fs::read_to_string(&hba_path).expect("read pg_hba.conf");
+            std::fs::write(&hba_path, format!("host all app 127.0.0.1/32 scram-sha-256\n{hba}"))
+                .expect("write pg_hba.conf");
+        }
         let conf_path = data.join("postgresql.conf");
         let mut text = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
         text.push_str(&conf);
@@ -64,6 +99,19 @@ impl PostgresServer {
         let wd = watchdog("postgres", p.pid(), dir.path());
         let mut s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
         s.wait_ready();
+        if certs.is_some() {
+            let psql = ["/usr/lib/postgresql/15/bin/psql", "/usr/bin/psql"]
+                .iter()
+                .map(PathBuf::from)
+                .find(|p| p.exists())
+                .unwrap_or_else(|| panic!("psql is missing; run: {POSTGRES_SETUP}"));
+            run_ok(
+                "create the app role",
+                Command::new(psql)
+                    .args(["-h", "127.0.0.1", "-p", &s.port.to_string(), "-U", "postgres", "-d", "postgres", "-c"])
+                    .arg(format!("CREATE ROLE app LOGIN SUPERUSER PASSWORD '{}'", Self::APP_PASSWORD)),
+            );
+        }
         s
     }
 

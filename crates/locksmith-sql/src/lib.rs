@@ -125,8 +125,9 @@
 //! collide share a lock (over-exclusion). `status` reports the last token but no holder.
 //!
 //! ## TLS and authentication
-//! TLS is the database driver's own (sqlx on rustls with the ring provider; the system's trust
-//! store unless a CA file is named), spelled as each database spells it:
+//! TLS is the database driver's own (sqlx on rustls with the ring provider; Mozilla's root set,
+//! compiled in, unless a CA file is named — loading the system store cost tens of milliseconds
+//! per connection), spelled as each database spells it:
 //! - PostgreSQL: `?sslmode=disable|prefer|require|verify-ca|verify-full&sslrootcert=FILE`
 //!   (`sslcert`/`sslkey` for a client certificate). `prefer`, libpq's and the default, falls back
 //!   to plaintext when the server offers no TLS: name `require` or better in production, and

@@ -6,8 +6,9 @@
 //! rustls with the **ring** provider (no OpenSSL, no aws-lc-rs). TLS is on for `rediss://`, or
 //! with `?tls=true`, or with any of `ca`, `cert`, `key` (see
 //! [`TlsFiles`]):
-//! - `ca=FILE`: trust exactly the certificates in FILE (PEM), nothing else; without it, the
-//!   system's trust store (`rustls-native-certs`);
+//! - `ca=FILE`: trust exactly the certificates in FILE (PEM), nothing else; without it,
+//!   Mozilla's root certificates compiled in (`webpki-roots`), as the SQL drivers do — the redis
+//!   crate would otherwise read the system's store again on every TLS connect;
 //! - `cert=FILE&key=FILE`: a client certificate (mutual TLS);
 //! - `#insecure` (the redis crate's spelling): **no certificate verification at all** — any
 //!   certificate for any name is accepted, so anyone on the path can impersonate the server and

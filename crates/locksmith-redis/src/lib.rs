@@ -8,8 +8,8 @@
 //!
 //! ## TLS and authentication
 //! - **TLS** (rustls on ring; no OpenSSL): `rediss://host:port`, or `redis://host:port?tls=true`.
-//!   `ca=FILE` trusts exactly the PEM certificates in FILE (the system's roots are then not
-//!   consulted); without it the system's trust store decides. `cert=FILE&key=FILE` presents a
+//!   `ca=FILE` trusts exactly the PEM certificates in FILE; without it Mozilla's public roots
+//!   (compiled in, as for the SQL drivers) decide. `cert=FILE&key=FILE` presents a
 //!   client certificate (mutual TLS, `tls-auth-clients yes`). The host name (or IP address)
 //!   must match the server's certificate. Files are read when the URL is parsed.
 //! - `#insecure` (the redis crate's spelling) turns **all** certificate verification off: the

@@ -60,9 +60,9 @@ async fn a_wrong_ca_is_a_config_error_fast() {
     assert_hidden(&e, server.password());
 }
 
-/// Without `ca=` only the system's roots are trusted, and they did not sign a test server.
+/// Without `ca=` only Mozilla's public roots are trusted, and they did not sign a test server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn without_ca_the_system_roots_decide() {
+async fn without_ca_the_public_roots_decide() {
     let server = RedisServer::start_tls(&TestCerts::generate(), TlsMode::ServerOnly);
     let url = format!("rediss://{REDIS_TLS_USER}:{}@localhost:{}", server.password(), server.port());
     let (e, _) = first_lock_error(&url).await;

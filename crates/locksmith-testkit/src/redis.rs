@@ -71,13 +71,22 @@ impl RedisServer {
     /// # Panics
     /// As [`RedisServer::start`], and when the certificates cannot be copied.
     pub fn start_tls(certs: &TestCerts, mode: TlsMode) -> Self {
+        Self::start_tls_with_password(certs, mode, &random_password())
+    }
+
+    /// As [`RedisServer::start_tls`], with the ACL user's password given: for a set of servers
+    /// that one URL with one password reaches (Redlock).
+    ///
+    /// # Panics
+    /// As [`RedisServer::start_tls`].
+    pub fn start_tls_with_password(certs: &TestCerts, mode: TlsMode, password: &str) -> Self {
         let dir = tempfile::Builder::new().prefix("locksmith-redis-tls-").tempdir().expect("create a temp dir");
         for (from, to) in
             [(certs.ca(), "ca.pem"), (certs.server_cert(), "server.pem"), (certs.server_key(), "server.key")]
         {
             std::fs::copy(&from, dir.path().join(to)).unwrap_or_else(|e| panic!("copy {}: {e}", from.display()));
         }
-        let tls = Tls { mode, password: random_password() };
+        let tls = Tls { mode, password: password.to_string() };
         let mut s = Self { port: free_port(), dir, durable: false, tls: Some(tls), process: None };
         s.restart();
         s
@@ -216,8 +225,9 @@ fn tls_args(cmd: &mut Command, port: u16, dir: &Path, tls: &Tls) {
         .args(["--user", REDIS_TLS_USER, "on", &format!(">{}", tls.password), "~*", "&*", "+@all"]);
 }
 
-/// 32 hex digits from the standard library's per-process random hash keys.
-fn random_password() -> String {
+/// 32 hex digits from the standard library's random hash keys: a password no message of the
+/// code under test can contain by accident.
+pub fn random_password() -> String {
     use std::hash::{BuildHasher, Hasher};
     let half = || {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();

@@ -24,9 +24,13 @@ pub struct RedisBackend {
 }
 
 impl RedisBackend {
-    /// Parses `redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]`. Does no I/O
-    /// and needs no runtime: connections open on first use, and an unreachable server shows
-    /// then as [`Error::Unavailable`] (after at most about 3 s).
+    /// Parses `redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]`, or with TLS
+    /// `rediss://…[?ca=FILE&cert=FILE&key=FILE]` (also `redis://…?tls=true…`; see
+    /// [`connect`](crate::connect) and the crate docs). Does no network I/O (TLS files are read
+    /// now) and needs no runtime: connections open on first use, and an unreachable server shows
+    /// then as [`Error::Unavailable`] (after at most about 3 s), a refused password as
+    /// [`Error::Auth`], a certificate that does not verify as [`Error::Config`] (both within
+    /// about a second, never retried).
     ///
     /// ```
     /// let b = locksmith_redis::RedisBackend::from_url("redis://user:secret@127.0.0.1:6379/1?mode=reentrant")?;
@@ -37,15 +41,57 @@ impl RedisBackend {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for a malformed URL, an unknown option or mode.
+    /// [`Error::InvalidUrl`] for a malformed URL, an unknown option or mode, a contradictory TLS
+    /// setting; [`Error::Config`] for TLS files that cannot be read or hold no usable PEM.
     pub fn from_url(url: &str) -> Result<Self> {
         let config = Config::parse(url)?;
+        Ok(Self::build(config.client, config.describe, config.mode, config.prefix))
+    }
+
+    /// A backend over a `redis::Client` built by the caller — for credentials or keys that do
+    /// not belong in a URL (a secret store, a password file), or connection settings a URL
+    /// cannot say. `mode` and `prefix` are what `?mode=` and `?prefix=` would be. No I/O.
+    ///
+    /// A TLS client is built with the redis crate's own API
+    /// ([`redis::Client::build_with_tls`]); when it is one, ring is installed as rustls' crypto
+    /// provider unless the process has one (see [`connect::install_crypto_provider`]).
+    ///
+    /// ```
+    /// use locksmith_core::Backend;
+    /// use locksmith_redis::{Mode, RedisBackend};
+    ///
+    /// let secret = String::from("from-a-vault"); // never in a URL, a log or a message
+    /// let info = redis::ConnectionAddr::TcpTls { host: "cache.internal".into(), port: 6380, insecure: false, tls_params: None };
+    /// let info = redis::IntoConnectionInfo::into_connection_info(info)?.set_redis_settings(
+    ///     redis::RedisConnectionInfo::default().set_username("app").set_password(&secret),
+    /// );
+    /// let ca = b"-----BEGIN CERTIFICATE-----\n...".to_vec(); // the PEM of the CA to trust
+    /// # let ca = Vec::new();
+    /// let client = redis::Client::build_with_tls(info, redis::TlsCertificates {
+    ///     client_tls: None,
+    ///     root_cert: Some(ca).filter(|c| !c.is_empty()),
+    /// })?;
+    /// let backend = RedisBackend::from_client(client, Mode::Plain, "jobs:");
+    /// assert_eq!(backend.describe(), "rediss://app@cache.internal:6380");
+    /// # Ok::<(), redis::RedisError>(())
+    /// ```
+    ///
+    /// [`connect::install_crypto_provider`]: crate::connect::install_crypto_provider
+    pub fn from_client(client: redis::Client, mode: Mode, prefix: &str) -> Self {
+        if crate::connect::is_tls(&client) {
+            crate::connect::install_crypto_provider();
+        }
+        let describe = crate::connect::describe(&client);
+        Self::build(client, describe, mode, prefix.to_string())
+    }
+
+    fn build(client: redis::Client, describe: String, mode: Mode, prefix: String) -> Self {
         let shared = Shared {
-            conn: Conn::new(config.client.clone(), config.describe),
-            router: Router::new(config.client),
-            layout: Layout { mode: config.mode, prefix: config.prefix },
+            conn: Conn::new(client.clone(), describe),
+            router: Router::new(client),
+            layout: Layout { mode, prefix },
         };
-        Ok(Self { shared: Arc::new(shared) })
+        Self { shared: Arc::new(shared) }
     }
 
     /// The lock layout in use.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use locksmith_core::{Error, Result};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 use tokio::sync::OnceCell;
 
 /// How long to wait for a TCP connection or a reply before calling the server unreachable.
@@ -16,12 +16,15 @@ pub(crate) const NET_TIMEOUT: Duration = Duration::from_secs(3);
 pub(crate) struct Conn {
     client: redis::Client,
     describe: String,
+    /// Whether the client connects with TLS (for the hints in messages).
+    tls: bool,
     manager: OnceCell<ConnectionManager>,
 }
 
 impl Conn {
     pub(crate) fn new(client: redis::Client, describe: String) -> Self {
-        Self { client, describe, manager: OnceCell::new() }
+        let tls = crate::connect::is_tls(&client);
+        Self { client, describe, tls, manager: OnceCell::new() }
     }
 
     /// The backend as named in messages.
@@ -31,6 +34,13 @@ impl Conn {
 
     /// The connection, connecting on first use.
     ///
+    /// The manager retries every failed connect (twice, about 0.6 s), also those no retry can
+    /// mend. So the first connect is tried once on its own: a wrong password, a CA that does not
+    /// verify or a missing client certificate is reported from that attempt at once, as
+    /// [`Error::Auth`] or [`Error::Config`], which nothing above retries either. Any other
+    /// failure is left to the manager's retries, as before. The price is one extra connection per
+    /// backend, on first use only.
+    ///
     /// # Cancel safety
     /// Cancel safe: a dropped first connection attempt leaves the cell empty.
     pub(crate) async fn get(&self) -> Result<ConnectionManager> {
@@ -39,10 +49,25 @@ impl Conn {
             .set_response_timeout(Some(NET_TIMEOUT))
             .set_number_of_retries(2)
             .set_max_delay(Duration::from_millis(500));
-        let init = self.manager.get_or_try_init(|| ConnectionManager::new_with_config(self.client.clone(), config));
+        let init = self.manager.get_or_try_init(|| async {
+            let probe = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(NET_TIMEOUT))
+                .set_response_timeout(Some(NET_TIMEOUT));
+            if let Err(e) = self.client.get_multiplexed_async_connection_with_config(&probe).await {
+                let e = self.error(e);
+                if matches!(e, Error::Auth { .. } | Error::Config { .. }) {
+                    return Err(e);
+                }
+            }
+            ConnectionManager::new_with_config(self.client.clone(), config).await.map_err(|e| self.error(e))
+        });
         match tokio::time::timeout(NET_TIMEOUT, init).await {
             Ok(Ok(m)) => Ok(m.clone()),
-            Ok(Err(e)) => Err(self.error(e)),
+            Ok(Err(e)) => Err(e),
+            Err(_) if self.tls => Err(self.unavailable(format!(
+                "no connection within {NET_TIMEOUT:?} (a server without TLS on this port never answers the handshake: \
+                 use redis://?)"
+            ))),
             Err(_) => Err(self.unavailable(format!("no connection within {NET_TIMEOUT:?}"))),
         }
     }
@@ -73,14 +98,12 @@ impl Conn {
         }
     }
 
-    /// Classifies a `redis` error: connection trouble is [`Error::Unavailable`] (transient, the
-    /// engine retries), a server-side refusal is [`Error::Backend`].
+    /// Classifies a `redis` error ([`crate::connect::classify`]): connection trouble is
+    /// [`Error::Unavailable`] (transient, the engine retries), refused credentials or permissions
+    /// [`Error::Auth`], TLS trouble [`Error::Config`] (neither is retried), another server-side
+    /// refusal [`Error::Backend`].
     pub(crate) fn error(&self, e: RedisError) -> Error {
-        if e.is_io_error() || e.is_timeout() || e.is_connection_refusal() || e.is_connection_dropped() {
-            self.unavailable(e.to_string())
-        } else {
-            Error::Backend(format!("redis ({}): {e}", self.describe))
-        }
+        crate::connect::classify(&e, &self.describe, self.tls)
     }
 
     pub(crate) fn unavailable(&self, message: String) -> Error {

@@ -1,8 +1,41 @@
 //! # locksmith-redis: one Redis instance as a locksmith backend
 //!
-//! URL: `redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]`. Building a
-//! [`RedisBackend`] does no I/O; one command connection (reconnecting by itself) and one pub/sub
-//! connection per backend are opened on first use, with 3 s connection and reply timeouts.
+//! URL: `redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]`, with TLS
+//! `rediss://…[?ca=FILE&cert=FILE&key=FILE]` (see *TLS and authentication*). Building a
+//! [`RedisBackend`] does no network I/O; one command connection (reconnecting by itself) and
+//! one pub/sub connection per backend are opened on first use, with 3 s connection and reply
+//! timeouts. [`RedisBackend::from_client`] takes a `redis::Client` built by the caller instead.
+//!
+//! ## TLS and authentication
+//! - **TLS** (rustls on ring; no OpenSSL): `rediss://host:port`, or `redis://host:port?tls=true`.
+//!   `ca=FILE` trusts exactly the PEM certificates in FILE; without it Mozilla's public roots
+//!   (compiled in, as for the SQL drivers) decide. `cert=FILE&key=FILE` presents a
+//!   client certificate (mutual TLS, `tls-auth-clients yes`). The host name (or IP address)
+//!   must match the server's certificate. Files are read when the URL is parsed.
+//! - `#insecure` (the redis crate's spelling) turns **all** certificate verification off: the
+//!   connection is encrypted but anyone on the path can pose as the server and collect the
+//!   password. Only for a throw-away test setup; it must be written out, is refused with `ca=`,
+//!   and shows in `describe()`.
+//! - **Credentials**: `user:pass@` (an ACL user) or `:pass@` (`requirepass`). The ACL user
+//!   runs the driver's Lua scripts and what they call (string, hash, sorted-set and keyspace
+//!   commands, `PUBLISH`), `SCAN`, `PING` and `SUBSCRIBE`, on keys outside the prefix too (the
+//!   waiter queues are `locksmith:waiters:{…}`, Redisson's counters `redisson_lock_token:{…}`)
+//!   and on pub/sub channels, which Redis 7 grants new users none of: e.g.
+//!   `user app on >PW ~* &* +@all`.
+//! - **Errors** (never with the password): a certificate that does not verify, a client
+//!   certificate the server requires but the URL lacks, TLS files that cannot be read →
+//!   [`Error::Config`](locksmith_core::Error::Config) (`locksmith` exits 78); a wrong password,
+//!   unknown user (`WRONGPASS`), missing credentials (`NOAUTH`), a missing permission
+//!   (`NOPERM`, also inside the scripts), a client certificate the server refuses →
+//!   [`Error::Auth`](locksmith_core::Error::Auth) (exit 77). Both come from the first
+//!   connection attempt, within a few tens of milliseconds on a LAN, and are never retried.
+//!   A plain `redis://` to a TLS-only port is reset by the server:
+//!   [`Error::Unavailable`](locksmith_core::Error::Unavailable), because a server going away
+//!   looks the same, with a hint to use `rediss://`; `rediss://` to a plain port is a handshake
+//!   that never completes, Unavailable after 3 s with a hint to use `redis://`.
+//! - Secrets that do not belong in a URL: build the `redis::Client` yourself
+//!   ([`redis::Client::build_with_tls`]) and pass it to [`RedisBackend::from_client`].
+//!   [`connect`] has the pieces the Redis drivers share.
 //!
 //! ## Layouts
 //! - **plain** (default), interoperable with redis-py's `Lock`: key = prefix + name, value = a
@@ -87,6 +120,7 @@
 
 mod backend;
 mod conn;
+pub mod connect;
 mod holds;
 mod layout;
 mod pending;

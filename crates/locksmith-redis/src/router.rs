@@ -142,7 +142,7 @@ impl Registration {
             Ok(Ok(())) => {
                 lock(&self.inner.waiters).subscribed.insert(self.channel.clone(), generation);
             }
-            Ok(Err(e)) => tracing::debug!(channel = %self.channel, error = %e, "subscribe failed"),
+            Ok(Err(e)) => log_failure(&self.inner.client, "subscribe", &e),
             Err(_) => tracing::debug!(channel = %self.channel, "subscribe timed out"),
         }
     }
@@ -204,13 +204,26 @@ async fn connect(inner: &Arc<Inner>, link: &mut Link) {
             link.reader = Some(tokio::spawn(read(Arc::downgrade(inner), stream, link.generation)));
         }
         Ok(Err(e)) => {
-            tracing::debug!(error = %e, "pub/sub connection failed; waiters fall back to timers");
+            log_failure(&inner.client, "pub/sub connection", &e);
             link.retry_at = Some(Instant::now() + RECONNECT_PAUSE);
         }
         Err(_) => {
             tracing::debug!("pub/sub connection timed out; waiters fall back to timers");
             link.retry_at = Some(Instant::now() + RECONNECT_PAUSE);
         }
+    }
+}
+
+/// Logs a pub/sub failure. Waiters carry on with their fallback timers either way, so a refusal
+/// that will not go away by itself (an ACL user without channel access, a TLS setting) is a
+/// warning: it turns every wake-up into polling.
+fn log_failure(client: &redis::Client, what: &str, e: &redis::RedisError) {
+    let backend = crate::connect::describe(client);
+    match crate::connect::classify(e, &backend, crate::connect::is_tls(client)) {
+        err @ (locksmith_core::Error::Auth { .. } | locksmith_core::Error::Config { .. }) => {
+            tracing::warn!(error = %err, "redis {what} refused; waiters fall back to polling");
+        }
+        err => tracing::debug!(error = %err, "redis {what} failed; waiters fall back to timers"),
     }
 }
 

@@ -168,6 +168,13 @@ impl Session for RedisSession {
                     return Ok(Acquired::Granted { token });
                 }
                 Attempt::WrongType(ty) => return Err(Self::wrong_type(&key, &ty)),
+                // The script caught the INCR's error: an ACL user without INCR is refused there.
+                Attempt::BadFence(e) if crate::connect::permission_refused(&e) => {
+                    return Err(Error::Auth {
+                        backend: self.shared.conn.describe().to_string(),
+                        message: format!("NOPERM {e} (the acquire script INCRs the fencing counter)"),
+                    });
+                }
                 Attempt::BadFence(e) => {
                     let fence = self.shared.layout.fence_key(&key);
                     return Err(Error::Backend(format!("redis: fencing counter {fence:?} is unusable: {e}")));

@@ -37,18 +37,57 @@ pub struct RedlockBackend {
 }
 
 impl RedlockBackend {
-    /// Parses `redlock://[user:pass@]h1:p1,h2:p2,…[?prefix=P]`. No I/O: every instance is
-    /// connected lazily, independently, with short timeouts, on first use.
+    /// Parses `redlock://[user:pass@]h1:p1,h2:p2,…[?prefix=P]`, with TLS for every instance
+    /// `…?tls=true[&ca=FILE&cert=FILE&key=FILE]` (see the crate docs). No network I/O (TLS
+    /// files are read now): every instance is connected lazily, independently, with short
+    /// timeouts, on first use.
     ///
     /// `prefix` is prepended to lock names to form Redis keys (default: none, key = name, as
     /// redis-py's `Lock` does); it also lets `status` list every lock.
     ///
     /// # Errors
     /// [`Error::InvalidUrl`] unless the URL names an odd number (≥ 3) of distinct `host:port`
-    /// pairs, or for an unknown option.
+    /// pairs, for an unknown option or a contradictory TLS setting; [`Error::Config`] for TLS
+    /// files that cannot be read or used.
     pub fn from_url(url: &str) -> Result<Self> {
         let url = RedlockUrl::parse(url)?;
-        Ok(Self { cluster: Arc::new(Cluster::new(url)?) })
+        let clients = url.instances.iter().map(|addr| url.instance_client(addr)).collect::<Result<Vec<_>>>()?;
+        Ok(Self { cluster: Arc::new(Cluster::new(url.describe(), url.prefix.clone(), clients)) })
+    }
+
+    /// Redlock over clients built by the caller, one per instance: for credentials that do not
+    /// belong in a URL, and for what one URL cannot say — TLS on some instances only, other
+    /// CAs, client certificates or users per instance. `prefix` is what `?prefix=` would be
+    /// (`""` for none). No I/O. TLS clients are built with the redis crate's API
+    /// ([`redis::Client::build_with_tls`]); ring is then installed as rustls' crypto provider
+    /// unless the process has one.
+    ///
+    /// ```
+    /// use locksmith_core::Backend;
+    /// let clients = ["redis://r1:6379", "redis://r2:6379", "redis://r3:6379"].map(|u| redis::Client::open(u).unwrap());
+    /// let b = locksmith_redlock::RedlockBackend::from_clients(clients.to_vec(), "locks:")?;
+    /// assert_eq!(b.describe(), "redlock[redis://r1:6379, redis://r2:6379, redis://r3:6379]?prefix=locks:");
+    /// # Ok::<(), locksmith_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] unless there is an odd number (≥ 3) of clients for distinct
+    /// addresses, or for a prefix with control characters.
+    pub fn from_clients(clients: Vec<redis::Client>, prefix: &str) -> Result<Self> {
+        if prefix.chars().any(char::is_control) {
+            return Err(Error::InvalidArgument("redlock: the prefix has control characters".into()));
+        }
+        let names: Vec<String> = clients.iter().map(locksmith_redis::connect::describe).collect();
+        let keys = clients.iter().zip(&names).map(|(c, name)| (c.get_connection_info().addr().to_string(), name.clone()));
+        crate::url::check_instances(keys).map_err(|reason| Error::InvalidArgument(format!("redlock: {reason}")))?;
+        if clients.iter().any(locksmith_redis::connect::is_tls) {
+            locksmith_redis::connect::install_crypto_provider();
+        }
+        let mut describe = format!("redlock[{}]", names.join(", "));
+        if !prefix.is_empty() {
+            describe.push_str(&format!("?prefix={prefix}"));
+        }
+        Ok(Self { cluster: Arc::new(Cluster::new(describe, prefix.to_string(), clients)) })
     }
 
     /// Number of instances (N).
@@ -65,7 +104,7 @@ impl RedlockBackend {
         let replies = self.cluster.inspect(&self.cluster.key(name), t).await;
         let quorum = self.cluster.quorum();
         if replies.iter().filter(|r| r.reachable()).count() < quorum {
-            return Err(self.cluster.unavailable(&replies));
+            return Err(self.cluster.failure(&replies));
         }
         let mut by_value: HashMap<&str, Vec<i64>> = HashMap::new();
         for r in &replies {
@@ -90,7 +129,7 @@ impl RedlockBackend {
 #[async_trait]
 impl Backend for RedlockBackend {
     fn describe(&self) -> String {
-        self.cluster.url.describe()
+        self.cluster.describe.clone()
     }
 
     fn scheme(&self) -> &'static str {
@@ -120,7 +159,7 @@ impl Backend for RedlockBackend {
         if let Some(name) = name {
             return Ok(vec![self.status_of(name.as_str(), t).await?]);
         }
-        let prefix = &self.cluster.url.prefix;
+        let prefix = &self.cluster.prefix;
         if prefix.is_empty() {
             return Err(Error::InvalidArgument(
                 "redlock: listing every lock needs a key prefix (redlock://…?prefix=locks:); or name one lock".into(),
@@ -128,7 +167,7 @@ impl Backend for RedlockBackend {
         }
         let listed = self.cluster.scan_prefix(STATUS_LIST_LIMIT, t).await;
         if listed.iter().filter(|r| r.reachable()).count() < self.cluster.quorum() {
-            return Err(self.cluster.unavailable(&listed));
+            return Err(self.cluster.failure(&listed));
         }
         let names: BTreeSet<String> = listed
             .iter()

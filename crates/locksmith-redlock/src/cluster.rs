@@ -5,12 +5,11 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use locksmith_core::driver::millis;
-use locksmith_core::{Error, Result};
+use locksmith_core::Error;
 use redis::Script;
 
-use crate::instance::{Instance, Reply};
+use crate::instance::{Denial, Instance, Reply};
 use crate::timing::Timeouts;
-use crate::url::RedlockUrl;
 
 /// Deletes the key only if it still holds our value: a release never frees someone else's hold.
 const RELEASE: &str = r"
@@ -47,21 +46,20 @@ impl Tally {
 /// The instance set of one backend, shared by its sessions.
 #[derive(Debug)]
 pub(crate) struct Cluster {
-    pub(crate) url: RedlockUrl,
+    /// The set as named in messages (no password).
+    pub(crate) describe: String,
+    /// Prepended to every lock name to form the Redis key.
+    pub(crate) prefix: String,
     pub(crate) instances: Vec<Instance>,
     release: Script,
     extend: Script,
 }
 
 impl Cluster {
-    pub(crate) fn new(url: RedlockUrl) -> Result<Self> {
-        let mut instances = Vec::with_capacity(url.instances.len());
-        for addr in &url.instances {
-            let instance = Instance::new(addr.clone(), &url.instance_url(addr))
-                .map_err(|e| Error::InvalidUrl { url: url.describe(), reason: format!("instance {addr}: {e}") })?;
-            instances.push(instance);
-        }
-        Ok(Self { url, instances, release: Script::new(RELEASE), extend: Script::new(EXTEND) })
+    /// No I/O: every instance connects on first use.
+    pub(crate) fn new(describe: String, prefix: String, clients: Vec<redis::Client>) -> Self {
+        let instances = clients.into_iter().map(Instance::new).collect();
+        Self { describe, prefix, instances, release: Script::new(RELEASE), extend: Script::new(EXTEND) }
     }
 
     /// Votes needed: N/2 + 1.
@@ -71,7 +69,7 @@ impl Cluster {
 
     /// The Redis key of a lock.
     pub(crate) fn key(&self, name: &str) -> String {
-        format!("{}{name}", self.url.prefix)
+        format!("{}{name}", self.prefix)
     }
 
     /// `SET key value NX PX ttl` everywhere: yes where the key was free.
@@ -126,7 +124,7 @@ impl Cluster {
 
     /// Keys starting with the prefix on every instance (SCAN, at most `limit` per instance).
     pub(crate) async fn scan_prefix(&self, limit: usize, t: Timeouts) -> Vec<Reply<Vec<String>>> {
-        let pattern = format!("{}*", escape_glob(&self.url.prefix));
+        let pattern = format!("{}*", escape_glob(&self.prefix));
         let pattern = pattern.as_str();
         join_all(self.instances.iter().map(|i| {
             i.run(t, move |mut c| async move {
@@ -152,6 +150,51 @@ impl Cluster {
         .await
     }
 
+    /// The error for a round without a quorum of answers: the instances' refusal
+    /// ([`Cluster::hopeless`]) when that alone rules a quorum out, [`Error::Unavailable`]
+    /// otherwise.
+    pub(crate) fn failure<T>(&self, replies: &[Reply<T>]) -> Error {
+        self.hopeless(replies).unwrap_or_else(|| self.unavailable(replies))
+    }
+
+    /// An [`Error::Auth`] or [`Error::Config`] when so many instances refused our credentials or
+    /// TLS settings that the others cannot make a quorum: no retry can succeed until someone
+    /// fixes the configuration. One refusing instance of three is only a missing vote (Redlock
+    /// tolerates it), reported by the warnings of the rounds. Auth wins over Config: with both,
+    /// the credentials are what the operator fixes first.
+    pub(crate) fn hopeless<T>(&self, replies: &[Reply<T>]) -> Option<Error> {
+        let denied: Vec<(&Instance, &Denial)> = self
+            .instances
+            .iter()
+            .zip(replies)
+            .filter_map(|(i, r)| match r {
+                Reply::Denied(d) => Some((i, d)),
+                _ => None,
+            })
+            .collect();
+        if self.instances.len() - denied.len() >= self.quorum() {
+            return None;
+        }
+        let auth = denied.iter().any(|(_, d)| d.auth);
+        let reasons: Vec<String> = denied
+            .iter()
+            .filter(|(_, d)| d.auth == auth)
+            .map(|(i, d)| format!("instance {}: {}", i.addr, d.message))
+            .collect();
+        let message = format!(
+            "redlock: {} of {} instances refused us, need {} ({})",
+            denied.len(),
+            self.instances.len(),
+            self.quorum(),
+            reasons.join("; ")
+        );
+        let backend = self.describe.clone();
+        Some(match auth {
+            true => Error::Auth { backend, message },
+            false => Error::Config { backend, message },
+        })
+    }
+
     /// The error for "fewer than a quorum answered", naming the count and why the others did not.
     pub(crate) fn unavailable<T>(&self, replies: &[Reply<T>]) -> Error {
         let reachable = replies.iter().filter(|r| r.reachable()).count();
@@ -161,11 +204,12 @@ impl Cluster {
             .zip(replies)
             .filter_map(|(i, r)| match r {
                 Reply::Down(reason) => Some(format!("{}: {reason}", i.addr)),
+                Reply::Denied(d) => Some(format!("{}: refused: {}", i.addr, d.message)),
                 _ => None,
             })
             .collect();
         Error::Unavailable {
-            backend: self.url.describe(),
+            backend: self.describe.clone(),
             message: format!(
                 "redlock: only {reachable} of {} instances reachable, need {} ({})",
                 self.instances.len(),

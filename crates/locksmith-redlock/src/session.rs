@@ -101,7 +101,7 @@ impl Session for RedlockSession {
         if merged.iter().filter(|r| r.reachable()).count() < self.cluster.quorum() {
             // Not a verdict on the holds: the engine's deadline (last renewal sent + TTL − drift)
             // ends them if this lasts.
-            return Err(self.cluster.unavailable(&merged));
+            return Err(self.cluster.failure(&merged));
         }
         for (hold, tally) in holds.iter().zip(&tallies) {
             let renewed = in_time && tally.yes() >= self.cluster.quorum();
@@ -153,14 +153,19 @@ impl Session for RedlockSession {
             }
             // Not granted: release whatever this round set, on ALL instances (owner-checked).
             pending.fire();
+            // Refused credentials or TLS settings on so many instances that no quorum is
+            // possible: no later round can do better, also for a waiting lock().
+            if let Some(e) = self.cluster.hopeless(&tally.replies) {
+                return Err(e);
+            }
             let reachable = tally.reachable();
             if !req.wait {
                 if reachable < quorum {
-                    return Err(self.cluster.unavailable(&tally.replies));
+                    return Err(self.cluster.failure(&tally.replies));
                 }
                 if tally.yes() >= quorum {
                     return Err(Error::Unavailable {
-                        backend: self.cluster.url.describe(),
+                        backend: self.cluster.describe.clone(),
                         message: format!("redlock: a round took {elapsed:?}, past the validity of TTL {:?}", self.ttl),
                     });
                 }
@@ -168,7 +173,7 @@ impl Session for RedlockSession {
             }
             if reachable < quorum {
                 // Waiting goes on (the caller's timeout bounds it); say why it cannot succeed.
-                let e = self.cluster.unavailable(&tally.replies);
+                let e = self.cluster.failure(&tally.replies);
                 if rounds == 1 || rounds.is_multiple_of(50) {
                     tracing::warn!(lock = %req.name, error = %e, "redlock: still waiting");
                 }
@@ -189,7 +194,7 @@ impl Session for RedlockSession {
         }
         if tally.reachable() < quorum {
             // Unknown whether it was ours; the keys expire after the TTL (no more renewals).
-            return Err(self.cluster.unavailable(&tally.replies));
+            return Err(self.cluster.failure(&tally.replies));
         }
         Ok(false)
     }

@@ -26,5 +26,5 @@ pub use port::free_port;
 pub use postgres::{PostgresServer, POSTGRES_SETUP};
 pub use process::{spawn, ChildProcess};
 pub use process_conformance::CliTarget;
-pub use redis::{interop_python, RedisServer, REDIS_SETUP};
+pub use redis::{interop_python, random_password, RedisServer, TlsMode, REDIS_SETUP, REDIS_TLS_USER};
 pub use zk::ZkServer;

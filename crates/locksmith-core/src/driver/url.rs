@@ -222,6 +222,12 @@ impl BackendUrl {
         value
     }
 
+    /// Takes the `#fragment` out (a driver that gives it a meaning, such as the redis crate's
+    /// `#insecure`), so that [`BackendUrl::refuse_extras`] accepts what remains.
+    pub fn take_fragment(&mut self) -> Option<String> {
+        self.fragment.take()
+    }
+
     /// Refuses options still in the query, naming the `known` ones.
     ///
     /// # Errors

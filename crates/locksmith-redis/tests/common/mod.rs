@@ -9,6 +9,33 @@ pub async fn raw(url: &str) -> MultiplexedConnection {
     redis::Client::open(url).unwrap().get_multiplexed_async_connection().await.unwrap()
 }
 
+/// A plain connection to a TLS test server, as its ACL user, trusting its CA; with `certs`,
+/// presenting their client certificate.
+pub async fn raw_tls(
+    server: &locksmith_testkit::RedisServer,
+    certs: Option<&locksmith_testkit::TestCerts>,
+) -> MultiplexedConnection {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let addr = redis::ConnectionAddr::TcpTls {
+        host: "localhost".into(),
+        port: server.port(),
+        insecure: false,
+        tls_params: None,
+    };
+    let info = redis::IntoConnectionInfo::into_connection_info(addr).unwrap().set_redis_settings(
+        redis::RedisConnectionInfo::default()
+            .set_username(locksmith_testkit::REDIS_TLS_USER)
+            .set_password(server.password()),
+    );
+    let client_tls = certs.map(|c| redis::ClientTlsConfig {
+        client_cert: std::fs::read(c.client_cert()).unwrap(),
+        client_key: std::fs::read(c.client_key()).unwrap(),
+    });
+    let certs = redis::TlsCertificates { client_tls, root_cert: Some(std::fs::read(server.ca()).unwrap()) };
+    let client = redis::Client::build_with_tls(info, certs).unwrap();
+    client.get_multiplexed_async_connection().await.unwrap()
+}
+
 /// Runs one command on `c` and converts its reply.
 pub async fn cmd<T: redis::FromRedisValue>(c: &mut MultiplexedConnection, args: &[&str]) -> T {
     let mut cmd = redis::cmd(args[0]);

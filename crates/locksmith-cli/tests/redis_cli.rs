@@ -43,3 +43,38 @@ fn redlock_run_needs_unfenced_and_gives_no_token() {
     assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
     assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "token=none");
 }
+
+/// `locksmith run` over `rediss://` with an ACL user: the right password and CA run the command;
+/// a wrong password exits 77 and a CA that signed nothing the server shows exits 78, both at once
+/// although `--timeout` would let them wait, and neither password appears in what is printed.
+#[test]
+fn run_over_tls_says_auth_and_config_errors_by_exit_code() {
+    use locksmith_testkit::{TestCerts, TlsMode, REDIS_TLS_USER};
+    let certs = TestCerts::generate();
+    let server = RedisServer::start_tls(&certs, TlsMode::ServerOnly);
+    let run = |password: &str, ca: &std::path::Path| {
+        let url = format!("rediss://{REDIS_TLS_USER}:{password}@localhost:{}?ca={}", server.port(), ca.display());
+        let started = std::time::Instant::now();
+        let out = Command::new(BIN)
+            .args(["run", "tls-job", "--backend", &url, "--timeout", "30s", "--", "echo", "ran"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (out, started.elapsed())
+    };
+    let (ok, _) = run(server.password(), &server.ca());
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "ran");
+
+    let wrong = "wrong-pass-0c9d1e";
+    for ((password, ca), code) in [((wrong, server.ca()), 77), ((server.password(), certs.other_ca()), 78)] {
+        let (out, took) = run(password, &ca);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{stderr}");
+        assert!(out.stdout.is_empty(), "the command ran");
+        assert!(took < std::time::Duration::from_secs(10), "took {took:?}: {stderr}");
+        for secret in [wrong, server.password()] {
+            assert!(!stderr.contains(secret), "{stderr}");
+        }
+    }
+}

@@ -13,7 +13,7 @@ const SECRET: &str = "s3cret";
 fn urls() -> Vec<String> {
     let port = locksmith_testkit::free_port();
     let mut urls = Vec::new();
-    for scheme in ["locksmith", "redis", "etcd", "zk", "postgres", "postgresql", "mysql"] {
+    for scheme in ["locksmith", "redis", "rediss", "etcd", "etcds", "zk", "postgres", "postgresql", "mysql"] {
         for creds in [format!("app:{SECRET}@"), format!(":{SECRET}@"), format!("app:{SECRET}%2Fx@")] {
             urls.push(format!("{scheme}://{creds}127.0.0.1:{port}/db"));
             urls.push(format!("{scheme}://{creds}127.0.0.1:notaport/db"));
@@ -32,6 +32,20 @@ fn urls() -> Vec<String> {
     urls.push(format!("redlock://app:{SECRET}@{hosts}"));
     urls.push(format!("redlock://app:{SECRET}@127.0.0.1:{port}"));
     urls.push(format!("redlock://app:{SECRET}/x@{hosts}"));
+    // TLS options that cannot be used: a missing CA file, a key without its certificate,
+    // verification switched off next to a CA.
+    for base in [format!("rediss://app:{SECRET}@127.0.0.1:{port}"), format!("redlock://app:{SECRET}@{hosts}?tls=true")]
+    {
+        let sep = if base.contains('?') { '&' } else { '?' };
+        urls.push(format!("{base}{sep}ca=/nonexistent/ca.pem"));
+        urls.push(format!("{base}{sep}key=/nonexistent/client.key"));
+        urls.push(format!("{base}{sep}ca=/nonexistent/ca.pem#insecure"));
+    }
+    urls.push(format!("etcds://app:{SECRET}@127.0.0.1:{port}?ca=/nonexistent/ca.pem"));
+    urls.push(format!(
+        "postgres://app:{SECRET}@127.0.0.1:{port}/db?sslmode=verify-full&sslrootcert=/nonexistent/ca.pem"
+    ));
+    urls.push(format!("mysql://app:{SECRET}@127.0.0.1:{port}/db?ssl-mode=VERIFY_IDENTITY&ssl-ca=/nonexistent/ca.pem"));
     urls.push(format!("gopher://app:{SECRET}@127.0.0.1:{port}"));
     urls.push(format!("app:{SECRET}@127.0.0.1:{port}"));
     urls

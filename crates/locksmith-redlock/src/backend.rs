@@ -78,7 +78,8 @@ impl RedlockBackend {
             return Err(Error::InvalidArgument("redlock: the prefix has control characters".into()));
         }
         let names: Vec<String> = clients.iter().map(locksmith_redis::connect::describe).collect();
-        let keys = clients.iter().zip(&names).map(|(c, name)| (c.get_connection_info().addr().to_string(), name.clone()));
+        let keys =
+            clients.iter().zip(&names).map(|(c, name)| (c.get_connection_info().addr().to_string(), name.clone()));
         crate::url::check_instances(keys).map_err(|reason| Error::InvalidArgument(format!("redlock: {reason}")))?;
         if clients.iter().any(locksmith_redis::connect::is_tls) {
             locksmith_redis::connect::install_crypto_provider();

@@ -43,7 +43,12 @@ impl ThreeTls {
 }
 
 fn tls_client(server: &RedisServer, password: &str, certs: &TestCerts) -> redis::Client {
-    let addr = redis::ConnectionAddr::TcpTls { host: "localhost".into(), port: server.port(), insecure: false, tls_params: None };
+    let addr = redis::ConnectionAddr::TcpTls {
+        host: "localhost".into(),
+        port: server.port(),
+        insecure: false,
+        tls_params: None,
+    };
     let info = redis::IntoConnectionInfo::into_connection_info(addr)
         .unwrap()
         .set_redis_settings(redis::RedisConnectionInfo::default().set_username(REDIS_TLS_USER).set_password(password));
@@ -98,12 +103,7 @@ async fn redlock_over_three_tls_instances_locks() {
 async fn redlock_with_mutual_tls_locks() {
     let set = ThreeTls::start(TlsMode::ClientCert);
     let c = &set.certs;
-    let query = format!(
-        "&ca={}&cert={}&key={}",
-        c.ca().display(),
-        c.client_cert().display(),
-        c.client_key().display()
-    );
+    let query = format!("&ca={}&cert={}&key={}", c.ca().display(), c.client_cert().display(), c.client_key().display());
     let client = locksmith::connect_with_ttl(&set.url(&set.password, &query), TTL).await.unwrap();
     let guard = client.lock_with("job", unfenced()).await.unwrap();
     assert!(guard.unlock().await.unwrap());
@@ -117,7 +117,10 @@ async fn a_wrong_password_everywhere_is_an_auth_error_fast() {
     let set = ThreeTls::start(TlsMode::ServerOnly);
     let wrong = random_password();
     let (e, took) = lock_error(&set.url(&wrong, &format!("&ca={}", set.certs.ca().display()))).await;
-    assert!(matches!(&e, Error::Auth { message, .. } if message.contains("3 of 3") && message.contains("WRONGPASS")), "{e}");
+    assert!(
+        matches!(&e, Error::Auth { message, .. } if message.contains("3 of 3") && message.contains("WRONGPASS")),
+        "{e}"
+    );
     assert!(took < FAST, "took {took:?}");
     for secret in [&wrong, &set.password] {
         assert!(!e.to_string().contains(secret.as_str()) && !format!("{e:?}").contains(secret.as_str()), "{e:?}");
@@ -157,14 +160,19 @@ async fn one_refusing_instance_is_only_a_missing_vote() {
 async fn from_clients_mixes_tls_and_plain_instances() {
     let set = ThreeTls::start(TlsMode::ServerOnly);
     let plain = RedisServer::start();
-    let clients = vec![set.client(0, &set.password), set.client(1, &set.password), redis::Client::open(plain.url()).unwrap()];
+    let clients =
+        vec![set.client(0, &set.password), set.client(1, &set.password), redis::Client::open(plain.url()).unwrap()];
     let backend = RedlockBackend::from_clients(clients, "mixed:").unwrap();
     let shown = backend.describe();
-    assert!(shown.starts_with("redlock[rediss://locksmith@localhost:") && shown.contains(", redis://127.0.0.1:"), "{shown}");
+    assert!(
+        shown.starts_with("redlock[rediss://locksmith@localhost:") && shown.contains(", redis://127.0.0.1:"),
+        "{shown}"
+    );
     assert!(!shown.contains(&set.password));
     let client = locksmith::Client::new(std::sync::Arc::new(backend), TTL).unwrap();
     let guard = client.lock_with("job", unfenced()).await.unwrap();
-    let inspectors = vec![set.client(0, &set.password), set.client(1, &set.password), redis::Client::open(plain.url()).unwrap()];
+    let inspectors =
+        vec![set.client(0, &set.password), set.client(1, &set.password), redis::Client::open(plain.url()).unwrap()];
     assert_eq!(holding(&inspectors, "mixed:job").await, 3);
     assert!(guard.unlock().await.unwrap());
     client.close().await;
@@ -175,7 +183,9 @@ async fn from_clients_mixes_tls_and_plain_instances() {
 fn from_clients_checks_the_set() {
     let open = |u: &str| redis::Client::open(u).unwrap();
     let two = vec![open("redis://a:1"), open("redis://b:1")];
-    assert!(matches!(RedlockBackend::from_clients(two, ""), Err(Error::InvalidArgument(m)) if m.contains("at least 3")));
+    assert!(
+        matches!(RedlockBackend::from_clients(two, ""), Err(Error::InvalidArgument(m)) if m.contains("at least 3"))
+    );
     let dup = vec![open("redis://a:1"), open("redis://b:1"), open("redis://a:1")];
     assert!(matches!(RedlockBackend::from_clients(dup, ""), Err(Error::InvalidArgument(m)) if m.contains("twice")));
 }

@@ -50,6 +50,33 @@ impl SqlBackend {
         Ok(Self { db: Arc::new(Db::new(Config::parse(url)?)) })
     }
 
+    /// A backend from sqlx's connect options built in code (a password from a vault, a CA or
+    /// client key held in memory) and the settings a URL's own options would give. No I/O.
+    ///
+    /// ```
+    /// use locksmith_core::Backend;
+    /// use locksmith_sql::{Mode, SqlBackend, SqlSettings};
+    /// use sqlx::postgres::{PgConnectOptions, PgSslMode};
+    ///
+    /// # fn password_from_the_vault() -> String { "s3cret".into() }
+    /// let options = PgConnectOptions::new()
+    ///     .host("db.internal")
+    ///     .username("app")
+    ///     .password(&password_from_the_vault())
+    ///     .database("app")
+    ///     .ssl_mode(PgSslMode::VerifyFull);
+    /// let b = SqlBackend::from_options(options, SqlSettings::new().mode(Mode::Advisory))?;
+    /// assert_eq!(b.describe(), "postgres://app@db.internal:5432/app?mode=advisory");
+    /// # Ok::<(), locksmith_core::Error>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a mode the database does not have or a pool size outside
+    /// 1..=100.
+    pub fn from_options(options: impl Into<crate::ConnectOptions>, settings: crate::SqlSettings) -> Result<Self> {
+        Ok(Self { db: Arc::new(Db::new(crate::options::config(options.into(), settings)?)) })
+    }
+
     /// Creates every missing table of this database's [`schema`](crate::schema()) (all modes'
     /// tables, whatever this URL's mode and `schema=` say) and reports which were created and
     /// which were already there. Idempotent. What `locksmith sql init URL` runs.

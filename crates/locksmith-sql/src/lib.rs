@@ -171,6 +171,7 @@ mod conn;
 #[macro_use]
 mod db;
 mod notify;
+mod options;
 mod renew;
 mod rowlock;
 mod schema;
@@ -179,5 +180,9 @@ mod session;
 mod url;
 
 pub use backend::SqlBackend;
+pub use options::{ConnectOptions, SqlSettings};
 pub use schema::{schema, InitReport, FENCE_TABLE, LOCKS_TABLE, ROWS_TABLE};
 pub use url::{Dialect, Mode};
+
+/// The sqlx this crate is built with, for [`SqlBackend::from_options`]' connect options.
+pub use sqlx;

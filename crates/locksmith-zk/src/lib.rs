@@ -59,8 +59,12 @@
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod layout;
+mod options;
 mod session;
 mod url;
+
+pub use options::ZkOptions;
+pub use url::NodeAcl;
 
 use std::time::Duration;
 
@@ -90,6 +94,41 @@ impl ZkBackend {
     /// path is not a valid ZooKeeper path.
     pub fn from_url(url: &str) -> Result<Self> {
         let parsed = url::parse(url)?;
+        Ok(Self { url: parsed.describe.clone(), parsed, status_client: Mutex::new(None) })
+    }
+
+    /// A backend for the ensemble `hosts` (`host[:port]`, port 2181 when omitted) with
+    /// `options` (credentials, base path, ACL) given in code rather than in a URL — for
+    /// passwords that do not belong in one. No I/O. See [`ZkOptions`] for an example.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no or malformed hosts, a base path ZooKeeper would refuse,
+    /// or a creator ACL without credentials. No message shows the password.
+    pub fn with_options<I, S>(hosts: I, options: ZkOptions) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let hosts: Vec<String> = hosts.into_iter().map(|h| h.as_ref().to_string()).collect();
+        let invalid = |reason: String| Error::InvalidArgument(format!("zk: {reason}"));
+        // The hosts and base go through the URL parser (no credentials in this string), so they
+        // are checked exactly as in a URL.
+        let mut shown = format!("zk://{}", hosts.join(","));
+        if hosts.is_empty() || hosts.iter().any(|h| h.is_empty() || h.contains(['/', '?', '#', '@', ','])) {
+            return Err(invalid(format!("expected host[:port] for every host, got {hosts:?}")));
+        }
+        let base = url::check_base(options.base.as_deref().unwrap_or("")).map_err(invalid)?;
+        let acl = url::resolve_acl(options.acl, options.digest.is_some()).map_err(invalid)?;
+        if base != url::DEFAULT_BASE {
+            shown.push_str(&base);
+        }
+        let parsed = locksmith_core::driver::BackendUrl::parse(&shown).map_err(|e| invalid(e.to_string()))?;
+        let mut describe = url::describe(&parsed, acl);
+        if let Some(user) = &options.user {
+            describe = describe.replacen("zk://", &format!("zk://{user}@"), 1);
+        }
+        let hosts: Vec<String> = parsed.hosts().iter().map(ToString::to_string).collect();
+        let parsed = url::ZkUrl { hosts: hosts.join(","), base, digest: options.digest, acl, describe };
         Ok(Self { url: parsed.describe.clone(), parsed, status_client: Mutex::new(None) })
     }
 

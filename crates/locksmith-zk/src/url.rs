@@ -29,9 +29,9 @@ impl std::fmt::Debug for Digest {
     }
 }
 
-/// Which ACL the driver's nodes get.
+/// Which ACL every node the driver creates gets (`?acl=` in a URL).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NodeAcl {
+pub enum NodeAcl {
     /// `world:anyone` may do anything (no credentials: ZooKeeper knows no one to restrict to).
     Open,
     /// Only the creating identity (the digest user) may do anything.
@@ -66,41 +66,64 @@ pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
         (Some(user), Some(pass)) => Some(Digest(format!("{user}:{pass}"))),
         _ => return Err(u.invalid("digest authentication needs user:password@".into())),
     };
-    let acl = match (u.take_option("acl").as_deref(), digest.is_some()) {
-        (None, true) | (Some("creator"), true) => NodeAcl::Creator,
-        (Some("creator-read"), true) => NodeAcl::CreatorWorldRead,
-        (None, false) | (Some("open"), _) => NodeAcl::Open,
-        (Some("creator" | "creator-read"), false) => {
-            return Err(u.invalid(
-                "acl=creator needs credentials (zk://user:password@…): ZooKeeper has no identity to \
-                 restrict the nodes to"
-                    .into(),
-            ))
-        }
-        (Some(other), _) => return Err(u.invalid(format!("acl={other:?}: expected creator, creator-read or open"))),
+    let acl = match u.take_option("acl").as_deref() {
+        None => None,
+        Some("creator") => Some(NodeAcl::Creator),
+        Some("creator-read") => Some(NodeAcl::CreatorWorldRead),
+        Some("open") => Some(NodeAcl::Open),
+        Some(other) => return Err(u.invalid(format!("acl={other:?}: expected creator, creator-read or open"))),
     };
     u.refuse_other_options(&["acl"])?;
     u.refuse_extras(true, true, false)?;
+    let acl = resolve_acl(acl, digest.is_some()).map_err(|reason| u.invalid(reason))?;
+    let base = check_base(u.path()).map_err(|reason| u.invalid(reason))?;
     let hosts: Vec<String> = u.hosts().iter().map(ToString::to_string).collect();
-    let trimmed = u.path().trim_end_matches('/');
-    let base = if trimmed.is_empty() {
-        DEFAULT_BASE.to_string()
-    } else {
-        for seg in trimmed[1..].split('/') {
-            if seg.is_empty() || seg == "." || seg == ".." || seg.chars().any(forbidden) {
-                return Err(u.invalid(format!("bad path segment {seg:?}")));
-            }
+    let describe = describe(&u, acl);
+    Ok(ZkUrl { hosts: hosts.join(","), base, digest, acl, describe })
+}
+
+/// The ACL for `asked` (none: the default), given whether there are credentials: creator-only
+/// with credentials, open without; a creator ACL without credentials is refused.
+pub(crate) fn resolve_acl(asked: Option<NodeAcl>, credentials: bool) -> std::result::Result<NodeAcl, String> {
+    match (asked, credentials) {
+        (None, true) => Ok(NodeAcl::Creator),
+        (None, false) => Ok(NodeAcl::Open),
+        (Some(NodeAcl::Creator | NodeAcl::CreatorWorldRead), false) => {
+            Err("acl=creator needs credentials (zk://user:password@…): ZooKeeper has no identity to restrict the \
+             nodes to"
+                .into())
         }
-        if trimmed == "/zookeeper" || trimmed.starts_with("/zookeeper/") {
-            return Err(u.invalid("/zookeeper is reserved by ZooKeeper".into()));
-        }
-        trimmed.to_string()
+        (Some(acl), _) => Ok(acl),
+    }
+}
+
+/// The base path of lock directories: `path` without trailing slashes, [`DEFAULT_BASE`] when
+/// empty; refused when ZooKeeper would refuse it or it is under `/zookeeper`.
+pub(crate) fn check_base(path: &str) -> std::result::Result<String, String> {
+    let trimmed = path.trim_end_matches('/');
+    if trimmed.is_empty() {
+        return Ok(DEFAULT_BASE.to_string());
+    }
+    let Some(rel) = trimmed.strip_prefix('/') else {
+        return Err(format!("the base path {trimmed:?} must start with /"));
     };
-    let describe = match acl {
+    for seg in rel.split('/') {
+        if seg.is_empty() || seg == "." || seg == ".." || seg.chars().any(forbidden) {
+            return Err(format!("bad path segment {seg:?}"));
+        }
+    }
+    if trimmed == "/zookeeper" || trimmed.starts_with("/zookeeper/") {
+        return Err("/zookeeper is reserved by ZooKeeper".into());
+    }
+    Ok(trimmed.to_string())
+}
+
+/// The URL for messages: no credentials, the ACL when it is not what the URL implies anyway.
+pub(crate) fn describe(u: &BackendUrl, acl: NodeAcl) -> String {
+    match acl {
         NodeAcl::CreatorWorldRead => u.describe(&[("acl", "creator-read")]),
         _ => u.describe(&[]),
-    };
-    Ok(ZkUrl { hosts: hosts.join(","), base, digest, acl, describe })
+    }
 }
 
 /// Characters ZooKeeper refuses in paths (besides `/`), and `%`, our escape character.
@@ -173,6 +196,8 @@ mod tests {
         assert!(!format!("{u:?}").contains("s3cret") && !u.describe.contains("s3cret"));
         assert_eq!(parse("zk://app:pw@h:1?acl=creator-read").unwrap().acl, NodeAcl::CreatorWorldRead);
         assert_eq!(parse("zk://h:1").unwrap().acl, NodeAcl::Open);
+        assert_eq!(parse("zk://h:1?acl=open").unwrap().acl, NodeAcl::Open);
+        assert_eq!(parse("zk://u:p@h:1?acl=open").unwrap().acl, NodeAcl::Open);
         for bad in [
             "zk://",
             "zk://h:0",
@@ -182,6 +207,7 @@ mod tests {
             "zk://h:1/zookeeper",
             "zk://u@h:1",
             "zk://h:1?acl=creator",
+            "zk://h:1?acl=creator-read",
             "zk://u:p@h:1?acl=all",
         ] {
             assert!(matches!(parse(bad), Err(locksmith_core::Error::InvalidUrl { .. })), "{bad}");

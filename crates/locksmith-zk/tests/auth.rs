@@ -83,3 +83,38 @@ async fn creator_read_lets_anyone_observe_but_not_delete() {
     assert_eq!(s[0].holder.as_ref().map(|h| h.token), Some(g.token()), "{s:?}");
     assert!(g.unlock().await.unwrap());
 }
+
+/// A backend built in code with [`ZkOptions`] (a password that never was in a URL) holds locks
+/// like the URL form: its nodes carry the creator's ACL, another client with the same options
+/// waits behind it, and nothing it prints shows the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn options_built_in_code_authenticate_like_the_url() {
+    use locksmith_zk::{NodeAcl, ZkBackend, ZkOptions};
+    let options = || ZkOptions::new().base("/coded").credentials("app", "s3cret").acl(NodeAcl::Creator);
+    let backend = std::sync::Arc::new(ZkBackend::with_options([server().addr()], options()).unwrap());
+    let shown = format!("{} {backend:?}", locksmith_core::Backend::describe(&*backend));
+    assert!(!shown.contains("s3cret"), "{shown}");
+    let c = locksmith::Client::new(backend, Duration::from_secs(4)).unwrap();
+    let g = c.lock("coded").await.unwrap();
+    let ours = raw(Some("app:s3cret")).await;
+    let nodes = ours.list_children("/coded/coded").await.unwrap();
+    let (acls, _) = ours.get_acl(&format!("/coded/coded/{}", nodes[0])).await.unwrap();
+    assert_eq!((acls.len(), acls[0].scheme()), (1, "digest"), "{acls:?}");
+    let other = locksmith::Client::new(
+        std::sync::Arc::new(ZkBackend::with_options([server().addr()], options()).unwrap()),
+        Duration::from_secs(4),
+    )
+    .unwrap();
+    assert!(other.try_lock("coded").await.unwrap().is_none(), "two holders");
+    assert!(g.unlock().await.unwrap());
+    assert!(other.try_lock("coded").await.unwrap().is_some());
+    // A creator ACL needs an identity; a base ZooKeeper refuses is refused here.
+    assert!(matches!(
+        ZkBackend::with_options([server().addr()], ZkOptions::new().acl(NodeAcl::Creator)),
+        Err(locksmith::Error::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        ZkBackend::with_options([server().addr()], ZkOptions::new().base("/zookeeper/x")),
+        Err(locksmith::Error::InvalidArgument(_))
+    ));
+}

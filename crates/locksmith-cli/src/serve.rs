@@ -15,7 +15,9 @@ pub use locksmith_cli_common::DurabilityArg;
 #[command(after_help = "Examples:
   locksmith serve                                   # 127.0.0.1:7531, data in ./locksmith-data
   locksmith serve --listen localhost:7600 --data-dir /var/lib/locksmith
-  locksmith serve --durability leases               # no disk wait per grant (see README)")]
+  locksmith serve --durability leases               # no disk wait per grant (see README)
+  locksmith serve --tls-cert server.pem --tls-key server.key [--client-ca clients-ca.pem]
+                                                    # clients: locksmiths://host:7531?ca=ca.pem")]
 pub struct ServeArgs {
     /// Address to listen on: `HOST:PORT` (an IP address or a name such as `localhost`).
     #[arg(long, default_value = "127.0.0.1:7531", value_parser = listen_arg)]
@@ -29,6 +31,32 @@ pub struct ServeArgs {
     /// unavailable for the longest TTL + lock-delay in use).
     #[arg(long, value_enum, default_value_t = DurabilityArg::Grants)]
     pub durability: DurabilityArg,
+    /// Serve TLS with this certificate chain (PEM); needs `--tls-key`. Clients then use
+    /// `locksmiths://HOST:PORT?ca=CA.pem`.
+    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM).
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    pub tls_key: Option<PathBuf>,
+    /// Demand a client certificate signed by a CA in this file (PEM): mutual TLS; clients add
+    /// `&cert=FILE&key=FILE`. Needs `--tls-cert`.
+    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+}
+
+impl ServeArgs {
+    /// The TLS material named by the flags, read now; `None` without `--tls-cert`.
+    fn tls(&self) -> Result<Option<locksmith_server::ServerTls>, String> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else { return Ok(None) };
+        let read = |flag: &str, path: &PathBuf| {
+            std::fs::read(path).map_err(|e| format!("cannot read {flag} {}: {e}", path.display()))
+        };
+        let mut tls = locksmith_server::ServerTls::new(read("--tls-cert", cert)?, read("--tls-key", key)?);
+        if let Some(ca) = &self.client_ca {
+            tls = tls.client_ca(read("--client-ca", ca)?);
+        }
+        Ok(Some(tls))
+    }
 }
 
 /// Parses `--listen`: `HOST:PORT` or `[IPv6]:PORT`; a name is resolved (IPv4 first), and a
@@ -56,6 +84,13 @@ fn listen_arg(s: &str) -> Result<SocketAddr, String> {
 /// # Cancel safety
 /// Dropping it stops the server like a signal would, without the drain.
 pub async fn serve(args: ServeArgs) -> ExitCode {
+    let tls = match args.tls() {
+        Ok(tls) => tls,
+        Err(message) => {
+            eprintln!("locksmith serve: {message}");
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
     let shutdown = shutdown_signal();
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -68,7 +103,10 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         DurabilityArg::Grants => locksmith_server::Durability::Grants,
         DurabilityArg::Leases => locksmith_server::Durability::Leases,
     };
-    let opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
+    let mut opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
+    if let Some(tls) = tls {
+        opts = opts.tls(tls);
+    }
     match locksmith_server::serve(listener, opts, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_server("serve", &e),
@@ -104,6 +142,7 @@ fn report_server(context: &str, err: &locksmith_server::ServerError) -> ExitCode
 fn server_code_for(err: &locksmith_server::ServerError) -> u8 {
     match err {
         locksmith_server::ServerError::Corrupt(_) => exit::DATA,
+        locksmith_server::ServerError::Config(_) => exit::CONFIG,
         _ => 1,
     }
 }

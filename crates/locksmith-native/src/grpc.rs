@@ -1,16 +1,17 @@
-//! `locksmith://host:port`: the native server over gRPC, one session stream per session.
+//! `locksmith://host:port`: the native server over gRPC, one session stream per session;
+//! `locksmiths://host:port[?ca=FILE&cert=FILE&key=FILE]` (or `locksmith://…?tls=true`) over TLS.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use locksmith_core::driver::BackendUrl;
+use locksmith_core::driver::{BackendUrl, TlsFiles};
 use locksmith_core::{Backend, Error, LockName, LockStatus, Result, Session};
 use locksmith_proto::locksmith_client::LocksmithClient;
 use locksmith_proto::StatusRequest;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::mux::{Connector, StreamSession, Transport};
 
@@ -29,6 +30,9 @@ struct GrpcConnector {
     endpoint: Endpoint,
     /// Created on first use: a channel needs a running tokio runtime, a URL does not.
     channel: std::sync::OnceLock<Channel>,
+    /// Where to run a TLS probe after a failure: host, port and the TLS files; `None` for
+    /// plain HTTP/2 (a dropped connection may then be a TLS-only server, worth a hint).
+    tls: Option<(String, u16, TlsFiles)>,
 }
 
 impl GrpcConnector {
@@ -47,32 +51,121 @@ impl NativeBackend {
         Self::from_url(&format!("locksmith://{authority}"))
     }
 
-    /// A backend for `locksmith://host[:port]` (port 7531 when omitted). Connects lazily.
+    /// A backend for `locksmith://host[:port]` (port 7531 when omitted), or over TLS for
+    /// `locksmiths://host[:port]` / `locksmith://…?tls=true`, with `ca=FILE` (trust only that CA;
+    /// default: Mozilla's public roots, compiled in) and `cert=FILE&key=FILE` (a client
+    /// certificate, for servers started with `--client-ca`). Files are read now. Connects
+    /// lazily.
+    ///
+    /// ```
+    /// use locksmith_core::Backend;
+    /// let b = locksmith_native::NativeBackend::from_url("locksmiths://locks.internal:7531")?;
+    /// assert_eq!(b.describe(), "locksmiths://locks.internal:7531");
+    /// # Ok::<(), locksmith_core::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for another scheme, several hosts, credentials, a path or options.
+    /// [`Error::InvalidUrl`] for another scheme, several hosts, credentials, a path or other
+    /// options; [`Error::Config`] for a TLS file that cannot be read.
     pub fn from_url(url: &str) -> Result<Self> {
-        let u = BackendUrl::parse(url)?;
-        if u.scheme().name != "locksmith" {
-            return Err(u.invalid("expected locksmith://host:port".into()));
+        let mut u = BackendUrl::parse(url)?;
+        if u.scheme().base != "locksmith" {
+            return Err(u.invalid("expected locksmith://host:port or locksmiths://host:port".into()));
         }
+        let tls_scheme = u.scheme().tls;
+        let tls = TlsFiles::take_from(&mut u, tls_scheme)?;
         u.refuse_extras(false, false, false)?;
         let [host] = u.hosts() else {
             return Err(u.invalid("expected one host: locksmith://host:port".into()));
         };
-        let bad = |e: tonic::transport::Error| u.invalid(locksmith_core::error_chain(&e));
-        let endpoint = Endpoint::from_shared(format!("http://{host}"))
+        let describe = match (&tls, u.scheme().tls) {
+            (Some(_), false) => u.describe(&[("tls", "true")]),
+            _ => u.describe(&[]),
+        };
+        Self::build(host.host.clone(), host.port, tls, describe)
+    }
+
+    /// A backend for `host:port` over TLS with PEM material held in memory (`tls.ca`: the CA to
+    /// trust, `None` for the public roots; `tls.identity`: a client certificate and key) — for
+    /// keys that do not belong in a file named in a URL. Connects lazily.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if `authority` is not `host[:port]`.
+    pub fn with_tls(authority: &str, tls: TlsFiles) -> Result<Self> {
+        let u = BackendUrl::parse(&format!("locksmiths://{authority}"))
+            .map_err(|e| Error::InvalidArgument(format!("locksmith: {e}")))?;
+        let [host] = u.hosts() else {
+            return Err(Error::InvalidArgument(format!("locksmith: expected one host:port, got {authority:?}")));
+        };
+        Self::build(host.host.clone(), host.port, Some(tls), u.describe(&[]))
+    }
+
+    fn build(host: String, port: u16, tls: Option<TlsFiles>, url: String) -> Result<Self> {
+        let bad = |e: tonic::transport::Error| Error::InvalidUrl {
+            url: url.clone(),
+            reason: locksmith_core::error_chain(&e),
+        };
+        // An IPv6 literal keeps its brackets in a URI; the certificate is checked against the
+        // bare name or address.
+        let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{authority}"))
             .map_err(bad)?
             .connect_timeout(CONNECT_TIMEOUT)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_while_idle(true);
-        let url = u.describe(&[]);
-        Ok(Self { inner: Arc::new(GrpcConnector { url, endpoint, channel: std::sync::OnceLock::new() }) })
+        if let Some(tls) = &tls {
+            let mut config = ClientTlsConfig::new().domain_name(host.trim_start_matches('[').trim_end_matches(']'));
+            config = match &tls.ca {
+                Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+                None => config.with_webpki_roots(),
+            };
+            if let Some((cert, key)) = &tls.identity {
+                config = config.identity(Identity::from_pem(cert, key));
+            }
+            endpoint = endpoint.tls_config(config).map_err(|e| Error::Config {
+                backend: url.clone(),
+                message: format!("TLS settings refused: {}", locksmith_core::error_chain(&e)),
+            })?;
+        }
+        let tls = tls.map(|t| (host.trim_start_matches('[').trim_end_matches(']').to_string(), port, t));
+        Ok(Self { inner: Arc::new(GrpcConnector { url, endpoint, channel: std::sync::OnceLock::new(), tls }) })
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> Error {
         Error::Unavailable { backend: self.inner.url.clone(), message: e.to_string() }
+    }
+}
+
+impl GrpcConnector {
+    /// What a failed call means: a TLS failure is a configuration (or, for a refused client
+    /// certificate, an authentication) error that no retry fixes; anything else is the server
+    /// being unreachable.
+    ///
+    /// A TLS connection the server closed gets one direct handshake to learn why (see
+    /// `probe.rs`): a refused or missing client certificate only shows there.
+    async fn transport_error(&self, s: &tonic::Status) -> Error {
+        if let Some(f) = locksmith_core::driver::tls_failure(s, "locksmith") {
+            return f.into_error(self.url.clone());
+        }
+        let mut message = status_message(s);
+        let lower = message.to_ascii_lowercase();
+        let dropped = !lower.contains("refused") && (lower.contains("reset") || lower.contains("closed"));
+        match &self.tls {
+            Some((host, port, files)) if dropped => {
+                if let Some(f) = crate::probe::tls_probe(host, *port, files).await {
+                    return f.into_error(self.url.clone());
+                }
+            }
+            // A TLS server answers HTTP/2's preface with an alert record, which h2 reads as a
+            // frame of invalid size.
+            None if dropped || lower.contains("invalid size") => {
+                message.push_str(" (if the server serves TLS, use locksmiths://)")
+            }
+            _ => {}
+        }
+        Error::Unavailable { backend: self.url.clone(), message }
     }
 }
 
@@ -91,8 +184,11 @@ impl Connector for GrpcConnector {
         let mut client = LocksmithClient::new(self.channel());
         let response = tokio::time::timeout(CONNECT_TIMEOUT, client.session(UnboundedReceiverStream::new(rx)))
             .await
-            .map_err(|_| Error::Unavailable { backend: self.url.clone(), message: "no answer".into() })?
-            .map_err(|s| Error::Unavailable { backend: self.url.clone(), message: status_message(&s) })?;
+            .map_err(|_| Error::Unavailable { backend: self.url.clone(), message: "no answer".into() })?;
+        let response = match response {
+            Ok(r) => r,
+            Err(s) => return Err(self.transport_error(&s).await),
+        };
         let url = self.url.clone();
         let inbound = response.into_inner().map(move |item| {
             item.map_err(|s| Error::Unavailable { backend: url.clone(), message: status_message(&s) })
@@ -124,13 +220,14 @@ impl Backend for NativeBackend {
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let mut client = LocksmithClient::new(self.inner.channel());
         let req = StatusRequest { name: name.map(|n| n.as_str().to_string()).unwrap_or_default() };
-        let resp = tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(req))
-            .await
-            .map_err(|_| self.unavailable("no answer"))?
-            .map_err(|s| match s.code() {
-                tonic::Code::InvalidArgument => Error::InvalidArgument(s.message().to_string()),
-                _ => self.unavailable(status_message(&s)),
-            })?;
+        let resp = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(req)).await {
+            Err(_) => return Err(self.unavailable("no answer")),
+            Ok(Ok(resp)) => resp,
+            Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
+                return Err(Error::InvalidArgument(s.message().to_string()))
+            }
+            Ok(Err(s)) => return Err(self.inner.transport_error(&s).await),
+        };
         Ok(resp.into_inner().locks.into_iter().map(crate::convert::from_wire).collect())
     }
 }

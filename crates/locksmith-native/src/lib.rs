@@ -11,6 +11,7 @@ mod grpc;
 #[cfg(feature = "memory")]
 mod memory;
 mod mux;
+mod probe;
 
 pub use grpc::NativeBackend;
 #[cfg(feature = "memory")]

@@ -37,6 +37,10 @@ pub enum ServerError {
     /// I/O on the data directory.
     #[error("i/o error: {0}")]
     Io(#[from] std::io::Error),
+    /// The server's own settings cannot be used (a TLS certificate or key that does not
+    /// load); nothing was started.
+    #[error("configuration error: {0}")]
+    Config(String),
 }
 
 /// For code that reports in the client's error type, e.g. the `memory://` driver: corruption
@@ -59,6 +63,7 @@ impl From<ServerError> for locksmith_core::Error {
             ServerError::Failed(m) => other(m),
             ServerError::Transport(e) => Error::Io(std::io::Error::other(e)),
             ServerError::Io(e) => Error::Io(e),
+            ServerError::Config(message) => Error::Config { backend: "locksmith server".into(), message },
         }
     }
 }

@@ -42,5 +42,5 @@ mod wal;
 pub use connection::serve_stream;
 pub use error::ServerError;
 pub use machine::Durability;
-pub use serve::{serve, ServeOptions};
+pub use serve::{serve, ServeOptions, ServerTls};
 pub use service::{Outbox, Service};

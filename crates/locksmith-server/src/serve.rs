@@ -25,12 +25,63 @@ pub struct ServeOptions {
     pub limits: Limits,
     /// What is synced before a grant is acknowledged (see [`Durability`]).
     pub durability: Durability,
+    /// TLS for client connections; `None`: plain HTTP/2.
+    pub tls: Option<ServerTls>,
+}
+
+/// The server's TLS material, PEM: its certificate chain and key, and optionally the CA whose
+/// client certificates it demands (mutual TLS: a client without one is refused in the
+/// handshake). `Debug` shows no key.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct ServerTls {
+    /// Certificate chain, PEM.
+    pub cert: Vec<u8>,
+    /// Private key, PEM. A secret.
+    pub key: Vec<u8>,
+    /// Authorities whose client certificates are accepted, PEM; `Some` makes one required.
+    pub client_ca: Option<Vec<u8>>,
+}
+
+impl ServerTls {
+    /// TLS with `cert` and `key` (PEM); no client certificates asked for.
+    pub fn new(cert: Vec<u8>, key: Vec<u8>) -> Self {
+        Self { cert, key, client_ca: None }
+    }
+
+    /// Require a client certificate signed by one of `ca` (PEM).
+    #[must_use]
+    pub fn client_ca(mut self, ca: Vec<u8>) -> Self {
+        self.client_ca = Some(ca);
+        self
+    }
+
+    fn config(&self) -> tonic::transport::ServerTlsConfig {
+        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
+        let config = ServerTlsConfig::new().identity(Identity::from_pem(&self.cert, &self.key));
+        match &self.client_ca {
+            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
+            None => config,
+        }
+    }
+}
+
+impl std::fmt::Debug for ServerTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerTls").field("client_ca", &self.client_ca.is_some()).finish_non_exhaustive()
+    }
 }
 
 impl ServeOptions {
     /// Options for `data_dir` with default limits.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Self { data_dir: data_dir.into(), limits: Limits::default(), durability: Durability::default() }
+        Self { data_dir: data_dir.into(), limits: Limits::default(), durability: Durability::default(), tls: None }
+    }
+
+    /// The same options serving TLS with `tls`.
+    pub fn tls(mut self, tls: ServerTls) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// The same options with another [`Durability`].
@@ -60,9 +111,16 @@ pub async fn serve(
     opts: ServeOptions,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
+    // TLS settings are checked before the data directory is touched: a bad key changes nothing.
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &opts.tls {
+        builder = builder.tls_config(tls.config()).map_err(|e| {
+            ServerError::Config(format!("TLS certificate or key unusable: {}", locksmith_core::error_chain(&e)))
+        })?;
+    }
     let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?;
     let addr = listener.local_addr()?;
-    tracing::info!(%addr, data_dir = %opts.data_dir.display(), "locksmith server listening");
+    tracing::info!(%addr, data_dir = %opts.data_dir.display(), tls = opts.tls.is_some(), "locksmith server listening");
     // With our own listener tonic's `tcp_nodelay` does not apply: set it on every accepted
     // stream, or Nagle holds small answers back until the peer's delayed ACK (~40 ms).
     let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
@@ -73,12 +131,12 @@ pub async fn serve(
         })
     });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let router = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(Grpc::server(service.clone()))
-        .serve_with_incoming_shutdown(incoming, async {
+    let router = builder.tcp_nodelay(true).add_service(Grpc::server(service.clone())).serve_with_incoming_shutdown(
+        incoming,
+        async {
             let _ = stop_rx.await;
-        });
+        },
+    );
     tokio::pin!(router);
     let served = tokio::select! {
         r = &mut router => r.map_err(ServerError::from),

@@ -14,6 +14,8 @@ pub struct NativeServer {
     port: u16,
     dir: tempfile::TempDir,
     args: Vec<String>,
+    /// `?ca=…[&cert=…&key=…]` for [`NativeServer::url`] when serving TLS.
+    tls_query: Option<String>,
     process: Option<ChildProcess>,
 }
 
@@ -34,14 +36,55 @@ impl NativeServer {
     pub fn start_with(bin: &Path, args: &[&str]) -> Self {
         let dir = tempfile::Builder::new().prefix("locksmith-test-").tempdir().expect("create a temp dir");
         let args = args.iter().map(|a| a.to_string()).collect();
-        let mut s = Self { bin: bin.to_path_buf(), port: free_port(), dir, args, process: None };
+        let mut s = Self { bin: bin.to_path_buf(), port: free_port(), dir, args, tls_query: None, process: None };
         s.restart();
         s
     }
 
-    /// The backend URL.
+    /// Starts `bin serve` over TLS with `certs`' server certificate (`--tls-cert`, `--tls-key`)
+    /// and, with `client_certs`, demanding client certificates signed by `certs`' CA
+    /// (`--client-ca`). The files are copied into the server's dir. [`NativeServer::url`] is
+    /// then `locksmiths://localhost:PORT?ca=…` (with the client certificate when demanded).
+    ///
+    /// # Panics
+    /// When the files cannot be copied or the server does not listen within 20 s.
+    pub fn start_tls(bin: &Path, certs: &crate::TestCerts, client_certs: bool) -> Self {
+        let dir = tempfile::Builder::new().prefix("locksmith-test-").tempdir().expect("create a temp dir");
+        let copy = |from: PathBuf, name: &str| {
+            let to = dir.path().join(name);
+            std::fs::copy(&from, &to).unwrap_or_else(|e| panic!("copying {}: {e}", from.display()));
+            to.display().to_string()
+        };
+        let (cert, key, ca) = (
+            copy(certs.server_cert(), "server.pem"),
+            copy(certs.server_key(), "server.key"),
+            copy(certs.ca(), "ca.pem"),
+        );
+        let mut args = vec!["--tls-cert".to_string(), cert, "--tls-key".into(), key];
+        let mut query = format!("ca={ca}");
+        if client_certs {
+            args.extend(["--client-ca".to_string(), ca.clone()]);
+            let (c, k) = (copy(certs.client_cert(), "client.pem"), copy(certs.client_key(), "client.key"));
+            query.push_str(&format!("&cert={c}&key={k}"));
+        }
+        let mut s =
+            Self { bin: bin.to_path_buf(), port: free_port(), dir, args, tls_query: Some(query), process: None };
+        s.restart();
+        s
+    }
+
+    /// The backend URL: `locksmith://127.0.0.1:PORT`, or for a TLS server
+    /// `locksmiths://localhost:PORT?ca=…` (the certificate names `localhost`).
     pub fn url(&self) -> String {
-        format!("locksmith://127.0.0.1:{}", self.port)
+        match &self.tls_query {
+            None => format!("locksmith://127.0.0.1:{}", self.port),
+            Some(q) => format!("locksmiths://localhost:{}?{q}", self.port),
+        }
+    }
+
+    /// The port.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     /// The data directory.

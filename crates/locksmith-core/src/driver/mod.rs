@@ -17,10 +17,14 @@ pub mod cancel;
 pub mod holds;
 pub mod timing;
 pub mod tls;
+#[cfg(feature = "rustls")]
+pub mod tls_failure;
 pub mod url;
 
 pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
 pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};
 pub use tls::TlsFiles;
+#[cfg(feature = "rustls")]
+pub use tls_failure::{tls_failure, TlsFailure};
 pub use url::{known_schemes, redact, scheme_info, BackendUrl, HostPort, Scheme, SCHEMES};

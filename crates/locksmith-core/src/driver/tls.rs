@@ -1,8 +1,9 @@
 //! TLS settings from a backend URL, spelled the same for every driver that is not SQL (the SQL
 //! drivers keep their databases' own `sslmode`, `sslrootcert`, `ssl-mode`, `ssl-ca`…):
 //!
-//! - TLS is on for a TLS scheme (`rediss://`, `etcds://`) or with `?tls=true`;
-//! - `?ca=FILE`: PEM certificates of the authorities to trust (default: the system's roots);
+//! - TLS is on for a TLS scheme (`rediss://`, `etcds://`, `locksmiths://`) or with `?tls=true`;
+//! - `?ca=FILE`: PEM certificates of the authorities to trust (default: Mozilla's public roots,
+//!   compiled in);
 //! - `?cert=FILE&key=FILE`: a PEM client certificate and its private key (mutual TLS);
 //! - `ca`, `cert` or `key` alone also turn TLS on.
 //!
@@ -17,7 +18,7 @@ use crate::{Error, Result};
 /// PEM material for one backend's TLS connections.
 #[derive(Clone, PartialEq, Eq)]
 pub struct TlsFiles {
-    /// Authorities to trust, PEM; `None`: the system's trust store.
+    /// Authorities to trust, PEM; `None`: the public roots the driver has compiled in.
     pub ca: Option<Vec<u8>>,
     /// Client certificate chain and private key, PEM (mutual TLS).
     pub identity: Option<(Vec<u8>, Vec<u8>)>,

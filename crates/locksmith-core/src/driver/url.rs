@@ -43,6 +43,7 @@ const fn tls_scheme(name: &'static str, base: &'static str, default_port: u16, f
 /// Every scheme locksmith knows, built into a binary or not.
 pub const SCHEMES: &[Scheme] = &[
     scheme("locksmith", Some(7531), true, "native"),
+    tls_scheme("locksmiths", "locksmith", 7531, "native"),
     scheme("memory", None, false, "memory"),
     scheme("redis", Some(6379), true, "redis"),
     tls_scheme("rediss", "redis", 6379, "redis"),

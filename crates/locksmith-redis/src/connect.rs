@@ -30,7 +30,6 @@ use std::sync::Arc;
 use locksmith_core::driver::{BackendUrl, HostPort, TlsFiles};
 use locksmith_core::{Error, Result};
 use redis::{ClientTlsConfig, ConnectionAddr, ErrorKind, IntoConnectionInfo, RedisError, TlsCertificates};
-use rustls::{AlertDescription, CertificateError};
 
 /// The TLS settings of one backend URL, files already read.
 #[derive(Clone, PartialEq, Eq)]
@@ -180,8 +179,8 @@ pub fn classify(e: &RedisError, backend: &str, tls: bool) -> Error {
     let config = |message: String| Error::Config { backend: backend.to_string(), message };
     let auth = |message: String| Error::Auth { backend: backend.to_string(), message };
     let unavailable = |message: String| Error::Unavailable { backend: backend.to_string(), message };
-    if let Some(t) = rustls_error(e) {
-        return tls_error(t, config, auth);
+    if let Some(f) = rustls_error(e).and_then(|t| locksmith_core::driver::tls_failure(t, "redis")) {
+        return f.into_error(backend);
     }
     match e.kind() {
         // redis sends AUTH while connecting; a WRONGPASS answer becomes this kind, without the
@@ -236,40 +235,6 @@ pub fn permission_refused(text: &str) -> bool {
     text.contains("NOPERM") || text.contains("can't run this command") || text.contains("no permissions")
 }
 
-/// The TLS failure `t` as a configuration or an authentication error.
-fn tls_error(t: &rustls::Error, config: impl Fn(String) -> Error, auth: impl Fn(String) -> Error) -> Error {
-    use rustls::Error as T;
-    match t {
-        T::InvalidCertificate(CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. }) => {
-            config(format!("TLS: the server's certificate is not valid for this host name ({t})"))
-        }
-        T::InvalidCertificate(_) => config(format!(
-            "TLS: the server's certificate is not trusted ({t}); is ca= the CA that signed it?"
-        )),
-        // TLS 1.3 says so; TLS 1.2 servers answer a missing certificate with a handshake failure.
-        T::AlertReceived(AlertDescription::CertificateRequired | AlertDescription::NoCertificate) => {
-            config("TLS: the server requires a client certificate: add cert=FILE&key=FILE".into())
-        }
-        // The server verified the certificate we presented and refused it: our credentials.
-        T::AlertReceived(
-            a @ (AlertDescription::BadCertificate
-            | AlertDescription::UnsupportedCertificate
-            | AlertDescription::CertificateRevoked
-            | AlertDescription::CertificateExpired
-            | AlertDescription::CertificateUnknown
-            | AlertDescription::UnknownCA
-            | AlertDescription::AccessDenied),
-        ) => auth(format!("TLS: the server refused our client certificate ({a:?})")),
-        T::AlertReceived(AlertDescription::HandshakeFailure) => config(format!(
-            "TLS: the server refused the handshake ({t}): no common protocol or cipher, or a client certificate it requires is missing"
-        )),
-        T::InvalidMessage(_) | T::InappropriateMessage { .. } | T::InappropriateHandshakeMessage { .. } => {
-            config(format!("TLS: the server does not speak TLS on this port ({t}): use redis://?"))
-        }
-        other => config(format!("TLS handshake failed: {other}")),
-    }
-}
-
 /// The rustls error behind `e`, if any: the redis crate wraps an `io::Error` (tokio-rustls's
 /// way of reporting a handshake or record error) or a rustls error in an `Arc`.
 fn rustls_error(e: &RedisError) -> Option<&rustls::Error> {
@@ -300,6 +265,7 @@ fn arc_inner(e: &RedisError) -> Option<&(dyn std::error::Error + Send + Sync + '
 #[cfg(test)]
 mod tests {
     use super::*;
+    use rustls::{AlertDescription, CertificateError};
 
     fn io(kind: std::io::ErrorKind, inner: impl std::error::Error + Send + Sync + 'static) -> RedisError {
         RedisError::from(std::io::Error::new(kind, inner))

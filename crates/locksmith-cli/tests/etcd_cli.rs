@@ -27,7 +27,38 @@ fn critical_section(file: &Path) -> String {
 /// never overlap: the shared file strictly alternates enter/exit, and both sides ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcdctl_lock_and_locksmith_run_exclude_each_other() {
-    let server = EtcdServer::start();
+    exclude_each_other(&EtcdServer::start());
+}
+
+/// The same over mutual TLS with authentication on: `etcdctl` with the certificates and the
+/// user, `locksmith run` with `etcds://user:password@…?ca=&cert=&key=`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_lock_and_locksmith_run_exclude_each_other_over_mutual_tls_as_a_user() {
+    let certs = locksmith_testkit::TestCerts::generate();
+    let server = EtcdServer::builder().tls(&certs, true).auth("root", "r00t-pw").start();
+    assert!(server.url().starts_with("etcds://root:"), "{}", locksmith_core::driver::redact(&server.url()));
+    exclude_each_other(&server);
+}
+
+/// A wrong password: `locksmith run` exits 77 at once, without running the command or printing
+/// the password.
+#[test]
+fn run_with_a_wrong_etcd_password_exits_77() {
+    let certs = locksmith_testkit::TestCerts::generate();
+    let server = EtcdServer::builder().tls(&certs, false).auth("root", "r00t-pw").start();
+    let url = server.url_with(Some(("root", "not-the-pw-8e1")), None, false);
+    let out = Command::new(BIN)
+        .args(["run", "job", "--backend", &url, "--timeout", "30s", "--", "echo", "ran"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(77), "{stderr}");
+    assert!(out.stdout.is_empty(), "the command ran");
+    assert!(!stderr.contains("not-the-pw-8e1") && !stderr.contains("r00t-pw"), "{stderr}");
+}
+
+fn exclude_each_other(server: &EtcdServer) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("cs.log");
     let script = critical_section(&file);

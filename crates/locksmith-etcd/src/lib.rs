@@ -1,9 +1,25 @@
 //! # locksmith-etcd: etcd v3 as a locksmith backend
 //!
-//! URL: `etcd://host:port[,host:port…]` (port defaults to 2379; plain HTTP/2, no TLS or auth
-//! yet). Building an [`EtcdBackend`] does no I/O; the gRPC client is created on first use, with
-//! a 3 s connection timeout and a 3 s bound on every unary call, so an unreachable cluster gives
-//! [`Error::Unavailable`] quickly.
+//! URL: `etcd://[user:password@]host:port[,host:port…]` (port defaults to 2379), over TLS
+//! `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (or `etcd://…?tls=true`). Building an
+//! [`EtcdBackend`] does no network I/O; the gRPC client is created on first use, with a 3 s
+//! connection timeout and a 3 s bound on every unary call, so an unreachable cluster gives
+//! [`Error::Unavailable`] quickly. [`EtcdBackend::with_options`] takes TLS material and
+//! credentials from code instead.
+//!
+//! ## TLS and authentication
+//! - **TLS**: rustls on ring. `ca=FILE` trusts only that CA (default: Mozilla's public roots,
+//!   compiled in); `cert=FILE&key=FILE` presents a client certificate (`--client-cert-auth`).
+//!   The endpoint's host name must match the server's certificate.
+//! - **Authentication** (`etcdctl auth enable`): with `user:password@` the client calls
+//!   `Auth.Authenticate` when it connects, sends the token with every call and stream, and
+//!   authenticates again when etcd says the token is no longer valid (simple tokens expire after
+//!   `--auth-token-ttl`, and a restarted member forgets them). The user needs read and write on
+//!   the lock keys (a role with `readwrite` on the names' prefix).
+//! - **Errors**: a certificate that does not verify, TLS spoken to a plain port and a client
+//!   certificate the cluster requires are [`Error::Config`]; a wrong password, a missing token and
+//!   a permission the roles do not grant are [`Error::Auth`] — neither is retried, and the
+//!   password never appears in them.
 //!
 //! The driver speaks etcd's v3 gRPC API through [`raw`], a thin client over stubs generated from
 //! the project's own `proto/etcd.proto` (compiled by protox): building needs no `protoc`.
@@ -70,14 +86,17 @@
 //! (measured from when a renewal was *sent*). Lock-delay is not supported.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod options;
 pub mod raw;
 mod session;
+
+pub use options::{Credentials, EtcdOptions};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use locksmith_core::driver::BackendUrl;
+use locksmith_core::driver::{BackendUrl, TlsFiles};
 use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
 use tokio::sync::OnceCell;
 use tonic::{Code, Status};
@@ -95,10 +114,12 @@ pub struct EtcdBackend {
     shared: Arc<Shared>,
 }
 
-/// What sessions of one backend share: the endpoints and the lazily created client.
+/// What sessions of one backend share: the endpoints, how to reach them, and the lazily
+/// created client.
 pub(crate) struct Shared {
     pub(crate) url: String,
-    endpoints: Vec<String>,
+    hosts: Vec<(String, u16)>,
+    options: EtcdOptions,
     client: OnceCell<raw::Client>,
 }
 
@@ -109,13 +130,32 @@ impl std::fmt::Debug for Shared {
 }
 
 impl Shared {
-    /// The etcd client, created on first use.
+    /// The etcd client, created on first use (authenticated when there are credentials).
     pub(crate) async fn client(&self) -> Result<raw::Client> {
         let c = self
             .client
             .get_or_try_init(|| async {
-                match tokio::time::timeout(CONNECT_TIMEOUT, raw::Client::connect(&self.endpoints)).await {
-                    Ok(r) => r.map_err(|e| self.unavailable(&locksmith_core::error_chain(&e))),
+                match tokio::time::timeout(CONNECT_TIMEOUT, raw::Client::connect_with(&self.hosts, &self.options)).await
+                {
+                    Ok(Ok(c)) => Ok(c),
+                    Ok(Err(raw::ConnectError::Status(s))) => Err(self.error_probing(s).await),
+                    Ok(Err(raw::ConnectError::Transport(e))) => {
+                        if let Some(f) = locksmith_core::driver::tls_failure(&e, "etcd") {
+                            return Err(self.tls_error(f));
+                        }
+                        let message = locksmith_core::error_chain(&e);
+                        if self.options.tls.is_some() && message.contains("handshake eof") {
+                            // A plain port closes on a TLS ClientHello.
+                            return Err(Error::Config {
+                                backend: self.url.clone(),
+                                message: format!(
+                                    "TLS: the server closed the connection in the handshake ({message}): does it \
+                                     serve TLS on this port? use etcd://"
+                                ),
+                            });
+                        }
+                        Err(self.unavailable(&message))
+                    }
                     Err(_) => Err(self.unavailable("no connection within 3 s")),
                 }
             })
@@ -138,44 +178,145 @@ impl Shared {
         Error::Unavailable { backend: self.url.clone(), message: message.to_string() }
     }
 
+    /// [`Shared::error`], and for a TLS connection the server closed, one direct handshake to
+    /// learn why: a client certificate a TLS 1.3 server wanted (or refused) shows only there.
+    async fn error_probing(&self, s: Status) -> Error {
+        let e = self.error(s);
+        if let (Error::Unavailable { message, .. }, Some(tls)) = (&e, &self.options.tls) {
+            let lower = message.to_ascii_lowercase();
+            let dropped = ["closed", "reset", "broken pipe", "alert"].iter().any(|w| lower.contains(w));
+            if !lower.contains("refused") && dropped {
+                for (host, port) in &self.hosts {
+                    if let Some(f) = locksmith_core::driver::tls_probe(host, *port, tls, "etcd").await {
+                        return f.into_error(self.url.clone());
+                    }
+                }
+            }
+        }
+        e
+    }
+
     /// Classifies a gRPC status from etcd.
     pub(crate) fn error(&self, s: Status) -> Error {
-        if s.code() == Code::NotFound || s.message().contains("lease not found") {
+        let text = s.message();
+        if let Some(f) = locksmith_core::driver::tls_failure(&s, "etcd") {
+            self.tls_error(f)
+        } else if s.code() == Code::NotFound || text.contains("lease not found") {
             Error::SessionExpired
-        } else if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled)
-            || s.message().contains("transport error")
+        } else if text.contains("authentication failed") || text.contains("user name not found") {
+            self.auth("the user name or password is wrong (etcd: authentication failed)".into())
+        } else if text.contains("user name is empty")
+            || text.contains("token") && s.code() == Code::Unauthenticated
+            || self.options.credentials.is_none() && text.contains("permission denied")
         {
-            self.unavailable(&locksmith_core::message_with_causes(s.message(), std::error::Error::source(&s)))
+            self.auth(format!(
+                "the cluster has authentication on: give user:password@ in the URL or the options' credentials \
+                 ({text})"
+            ))
+        } else if s.code() == Code::PermissionDenied || text.contains("permission denied") {
+            self.auth(format!(
+                "permission denied: the user's roles must allow read and write on the lock keys ({text})"
+            ))
+        } else if text.contains("authentication is not enabled") {
+            Error::Config {
+                backend: self.url.clone(),
+                message: "the cluster has authentication off: drop user:password@ (or enable auth)".into(),
+            }
+        } else if matches!(s.code(), Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown)
+            || text.contains("transport error")
+        {
+            let mut message = locksmith_core::message_with_causes(text, std::error::Error::source(&s));
+            let lower = message.to_ascii_lowercase();
+            let dropped = ["invalid size", "reset", "broken pipe", "closed"].iter().any(|w| lower.contains(w));
+            if self.options.tls.is_none() && dropped {
+                // A TLS port answers HTTP/2's preface with an alert record.
+                message.push_str(" (if the cluster serves TLS, use etcds:// or ?tls=true)");
+            }
+            self.unavailable(&message)
         } else {
-            Error::Backend(format!("etcd {}: {}", self.url, s.message()))
+            Error::Backend(format!("etcd {}: {text}", self.url))
         }
+    }
+
+    /// A TLS failure as an error; a refused certificate is a missing one when we sent none.
+    fn tls_error(&self, f: locksmith_core::driver::TlsFailure) -> Error {
+        let no_cert = self.options.tls.as_ref().is_none_or(|t| t.identity.is_none());
+        match no_cert {
+            true => f.without_client_cert().into_error(self.url.clone()),
+            false => f.into_error(self.url.clone()),
+        }
+    }
+
+    fn auth(&self, message: String) -> Error {
+        Error::Auth { backend: self.url.clone(), message }
     }
 }
 
 impl EtcdBackend {
-    /// Parses `etcd://host:port[,host:port…]`; connects lazily (no I/O, no runtime needed).
+    /// Parses `etcd://[user:password@]host:port[,host:port…]`, or over TLS
+    /// `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (also `etcd://…?tls=true`, or any of `ca`, `cert`,
+    /// `key`). TLS files are read now; the network is not touched (no runtime needed).
+    ///
+    /// ```
+    /// use locksmith_core::Backend;
+    /// let b = locksmith_etcd::EtcdBackend::from_url("etcds://locks:s3cret@etcd-1:2379,etcd-2:2379")?;
+    /// assert_eq!(b.describe(), "etcds://locks@etcd-1:2379,etcd-2:2379");
+    /// # Ok::<(), locksmith_core::Error>(())
+    /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] when the URL is not of that form.
+    /// [`Error::InvalidUrl`] when the URL is not of that form (a user without a password, a
+    /// certificate without its key…); [`Error::Config`] for a TLS file that cannot be read.
     pub fn from_url(url: &str) -> Result<Self> {
-        let u = parse_url(url)?;
-        Ok(Self {
-            shared: Arc::new(Shared {
-                url: u.describe(&[]),
-                endpoints: u.hosts().iter().map(|h| format!("http://{h}")).collect(),
-                client: OnceCell::new(),
-            }),
-        })
+        let mut u = BackendUrl::parse(url)?;
+        if u.scheme().base != "etcd" {
+            return Err(u.invalid("expected etcd://host:port[,host:port…] or etcds://…".into()));
+        }
+        let tls_scheme = u.scheme().tls;
+        let tls = TlsFiles::take_from(&mut u, tls_scheme)?;
+        u.refuse_extras(true, false, false)?;
+        let credentials = match (u.username(), u.password()) {
+            (None, None) => None,
+            (Some(user), Some(password)) if !user.is_empty() => Some(Credentials::new(user, password)),
+            _ => return Err(u.invalid("etcd authentication needs user:password@".into())),
+        };
+        let describe = match (&tls, tls_scheme) {
+            (Some(_), false) => u.describe(&[("tls", "true")]),
+            _ => u.describe(&[]),
+        };
+        let hosts = u.hosts().iter().map(|h| (h.host.clone(), h.port)).collect();
+        Ok(Self::build(describe, hosts, EtcdOptions { tls, credentials }))
     }
-}
 
-fn parse_url(url: &str) -> Result<BackendUrl> {
-    let u = BackendUrl::parse(url)?;
-    if u.scheme().name != "etcd" {
-        return Err(u.invalid("expected etcd://host:port[,host:port…]".into()));
+    /// A backend for `endpoints` (`host[:port]`, port 2379 when omitted) with TLS material and
+    /// credentials given in code — for secrets that do not belong in a URL. No I/O. See
+    /// [`EtcdOptions`] for an example.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for no or malformed endpoints.
+    pub fn with_options<I, S>(endpoints: I, options: EtcdOptions) -> Result<Self>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<str>,
+    {
+        let list: Vec<String> = endpoints.into_iter().map(|e| e.as_ref().to_string()).collect();
+        let scheme = if options.tls.is_some() { "etcds" } else { "etcd" };
+        if list.is_empty() || list.iter().any(|e| e.is_empty() || e.contains(['/', '?', '#', '@', ','])) {
+            return Err(Error::InvalidArgument(format!("etcd: expected host[:port] for every endpoint, got {list:?}")));
+        }
+        let u = BackendUrl::parse(&format!("{scheme}://{}", list.join(",")))
+            .map_err(|e| Error::InvalidArgument(format!("etcd: {e}")))?;
+        let mut describe = u.describe(&[]);
+        if let Some(c) = &options.credentials {
+            describe = describe.replacen("://", &format!("://{}@", c.user()), 1);
+        }
+        let hosts = u.hosts().iter().map(|h| (h.host.clone(), h.port)).collect();
+        Ok(Self::build(describe, hosts, options))
     }
-    u.refuse_extras(false, false, false)?;
-    Ok(u)
+
+    fn build(url: String, hosts: Vec<(String, u16)>, options: EtcdOptions) -> Self {
+        Self { shared: Arc::new(Shared { url, hosts, options, client: OnceCell::new() }) }
+    }
 }
 
 /// The key prefix of lock `name` (Go's `pfx + "/"`).
@@ -280,11 +421,36 @@ mod tests {
 
     #[test]
     fn urls_parse_or_are_refused() {
-        let hosts = |u: &str| parse_url(u).map(|u| u.hosts().iter().map(ToString::to_string).collect::<Vec<_>>());
+        let hosts = |u: &str| {
+            EtcdBackend::from_url(u).map(|b| b.shared.hosts.iter().map(|(h, p)| format!("{h}:{p}")).collect::<Vec<_>>())
+        };
         assert_eq!(hosts("etcd://127.0.0.1:2379").unwrap(), vec!["127.0.0.1:2379"]);
         assert_eq!(hosts("etcd://a:1,b").unwrap(), vec!["a:1", "b:2379"]);
-        for bad in ["redis://x", "etcd://", "etcd://a:x", "etcd://u@a:1", "etcd://a:1/p", "etcd://a:0"] {
-            assert!(matches!(parse_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        for bad in
+            ["redis://x", "etcd://", "etcd://a:x", "etcd://u@a:1", "etcd://a:1/p", "etcd://a:0", "etcd://:pw@a:1"]
+        {
+            assert!(matches!(EtcdBackend::from_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
         }
+    }
+
+    /// TLS by scheme or option, credentials, and no password in what is shown.
+    #[test]
+    fn tls_and_credentials_come_from_the_url() {
+        let b = EtcdBackend::from_url("etcds://locks:s3cret@a:1,b:2").unwrap();
+        assert!(b.shared.options.tls.is_some());
+        assert_eq!(b.shared.options.credentials.as_ref().map(Credentials::user), Some("locks"));
+        assert_eq!(b.shared.url, "etcds://locks@a:1,b:2");
+        assert!(!format!("{b:?}").contains("s3cret"));
+        let b = EtcdBackend::from_url("etcd://a:1?tls=true").unwrap();
+        assert_eq!((b.shared.options.tls.is_some(), b.shared.url.as_str()), (true, "etcd://a:1?tls=true"));
+        assert!(EtcdBackend::from_url("etcd://a:1").unwrap().shared.options.tls.is_none());
+        assert!(matches!(EtcdBackend::from_url("etcds://a:1?ca=/nonexistent/ca.pem"), Err(Error::Config { .. })));
+        assert!(matches!(EtcdBackend::from_url("etcds://a:1?tls=false"), Err(Error::InvalidUrl { .. })));
+        let b = EtcdBackend::with_options(["a:1"], EtcdOptions::new().credentials(Credentials::new("u", "s3cret")));
+        assert_eq!(b.map(|b| b.shared.url.clone()).ok().as_deref(), Some("etcd://u@a:1"));
+        assert!(matches!(
+            EtcdBackend::with_options(Vec::<String>::new(), EtcdOptions::new()),
+            Err(Error::InvalidArgument(_))
+        ));
     }
 }

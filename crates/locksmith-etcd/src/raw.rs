@@ -17,12 +17,17 @@
 //! # Ok(()) }
 //! ```
 
+use std::future::Future;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Status, Streaming};
+
+pub use crate::options::{Credentials, EtcdOptions};
 
 /// The generated message types and stubs (package `etcdserverpb`).
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
@@ -30,11 +35,12 @@ pub mod pb {
     tonic::include_proto!("etcdserverpb");
 }
 
+use pb::auth_client::AuthClient;
 use pb::compare::{CompareResult, CompareTarget, TargetUnion};
 use pb::kv_client::KvClient;
 use pb::lease_client::LeaseClient;
 use pb::range_request::{SortOrder, SortTarget};
-use pb::request_op::Request;
+use pb::request_op::Request as Op;
 use pb::watch_client::WatchClient;
 use pb::{
     Compare, DeleteRangeRequest, PutRequest, RangeRequest, RangeResponse, RequestOp, TxnRequest, TxnResponse,
@@ -44,10 +50,31 @@ use pb::{
 /// How long connecting to one endpoint may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// A connection to an etcd cluster: one gRPC channel over its endpoints. Cheap to clone.
-#[derive(Debug, Clone)]
+/// A connection to an etcd cluster: one gRPC channel over its endpoints, and the auth token
+/// when the cluster has authentication on. Cheap to clone (clones share the token).
+#[derive(Clone)]
 pub struct Client {
     channel: Channel,
+    auth: Option<Arc<Auth>>,
+}
+
+impl std::fmt::Debug for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a secret; the user is not.
+        f.debug_struct("Client").field("user", &self.auth.as_ref().map(|a| a.credentials.user())).finish()
+    }
+}
+
+/// The credentials and the current token (etcd's `simple` tokens expire; JWTs too).
+struct Auth {
+    credentials: Credentials,
+    token: RwLock<Option<MetadataValue<Ascii>>>,
+}
+
+/// Whether etcd refused a call because its token is no longer valid (expired, or the server
+/// restarted and forgot its simple tokens): authenticating again fixes it.
+fn token_expired(s: &Status) -> bool {
+    s.message().contains("invalid auth token") || s.message().contains("auth: revision in header is old")
 }
 
 impl Client {
@@ -63,25 +90,89 @@ impl Client {
     pub async fn connect(endpoints: &[String]) -> Result<Self, tonic::transport::Error> {
         let mut list = Vec::with_capacity(endpoints.len());
         for e in endpoints {
-            list.push(
-                Endpoint::from_shared(e.clone())?
-                    .connect_timeout(CONNECT_TIMEOUT)
-                    .tcp_nodelay(true)
-                    .http2_keep_alive_interval(Duration::from_secs(2))
-                    .keep_alive_timeout(Duration::from_secs(2)),
-            );
+            list.push(endpoint(Endpoint::from_shared(e.clone())?));
         }
-        let n = list.len();
-        for (i, ep) in list.iter().enumerate() {
-            match ep.connect().await {
-                Ok(channel) if n == 1 => return Ok(Self { channel }),
-                Ok(_) => return Ok(Self { channel: Channel::balance_list(list.into_iter()) }),
-                Err(e) if i + 1 == n => return Err(e),
-                Err(_) => {}
+        Ok(Self { channel: connect_any(list).await?, auth: None })
+    }
+
+    /// Connects to `hosts` (`host:port`) with `options`: over TLS (`https://`, the host name
+    /// checked against the server's certificate) when `options.tls` is set, and, with
+    /// credentials, authenticates at once, so a wrong password is known here.
+    ///
+    /// # Errors
+    /// The connection error ([`ConnectError::Transport`]) or the refused authentication
+    /// ([`ConnectError::Status`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: nothing is left behind.
+    pub async fn connect_with(hosts: &[(String, u16)], options: &EtcdOptions) -> Result<Self, ConnectError> {
+        let mut list = Vec::with_capacity(hosts.len());
+        for (host, port) in hosts {
+            let authority = if host.contains(':') { format!("[{host}]:{port}") } else { format!("{host}:{port}") };
+            let ep = match &options.tls {
+                None => endpoint(Endpoint::from_shared(format!("http://{authority}"))?),
+                Some(tls) => {
+                    let mut config = ClientTlsConfig::new().domain_name(host.clone());
+                    config = match &tls.ca {
+                        Some(ca) => config.ca_certificate(Certificate::from_pem(ca)),
+                        None => config.with_webpki_roots(),
+                    };
+                    if let Some((cert, key)) = &tls.identity {
+                        config = config.identity(Identity::from_pem(cert, key));
+                    }
+                    endpoint(Endpoint::from_shared(format!("https://{authority}"))?).tls_config(config)?
+                }
+            };
+            list.push(ep);
+        }
+        let channel = connect_any(list).await?;
+        let auth =
+            options.credentials.clone().map(|credentials| Arc::new(Auth { credentials, token: RwLock::new(None) }));
+        let client = Self { channel, auth };
+        client.authenticate().await.map_err(ConnectError::Status)?;
+        Ok(client)
+    }
+
+    /// Exchanges the credentials for a fresh token (nothing to do without credentials).
+    async fn authenticate(&self) -> Result<(), Status> {
+        let Some(auth) = &self.auth else { return Ok(()) };
+        let req = pb::AuthenticateRequest {
+            name: auth.credentials.user().to_string(),
+            password: auth.credentials.password().to_string(),
+        };
+        let token = AuthClient::new(self.channel.clone()).authenticate(req).await?.into_inner().token;
+        let value = MetadataValue::try_from(token.as_str())
+            .map_err(|_| Status::internal("etcd returned an auth token that is not valid metadata"))?;
+        *auth.token.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(value);
+        Ok(())
+    }
+
+    /// `msg` as a request carrying the current token.
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(auth) = &self.auth {
+            if let Some(token) = auth.token.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone() {
+                req.metadata_mut().insert("token", token);
             }
         }
-        // No endpoint at all: the empty endpoint does not parse, which says so.
-        Endpoint::from_shared(String::new()).map(|ep| Self { channel: ep.connect_lazy() })
+        req
+    }
+
+    /// Runs one call with the token; when etcd says the token is no longer valid, authenticates
+    /// again and runs it once more.
+    async fn unary<T, R, F, Fut>(&self, msg: T, call: F) -> Result<R, Status>
+    where
+        T: Clone,
+        F: Fn(Channel, tonic::Request<T>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<R>, Status>>,
+    {
+        match call(self.channel.clone(), self.request(msg.clone())).await {
+            Err(s) if self.auth.is_some() && token_expired(&s) => {
+                self.authenticate().await?;
+                Ok(call(self.channel.clone(), self.request(msg)).await?.into_inner())
+            }
+            r => Ok(r?.into_inner()),
+        }
     }
 
     /// Reads the keys in `req`'s range.
@@ -92,7 +183,7 @@ impl Client {
     /// # Cancel safety
     /// Cancel safe: read only.
     pub async fn range(&mut self, req: RangeRequest) -> Result<RangeResponse, Status> {
-        Ok(KvClient::new(self.channel.clone()).range(req).await?.into_inner())
+        self.unary(req, |ch, r| async move { KvClient::new(ch).range(r).await }).await
     }
 
     /// Reads one key.
@@ -131,7 +222,7 @@ impl Client {
         lease: i64,
     ) -> Result<pb::PutResponse, Status> {
         let req = PutRequest { key: key.into(), value: value.into(), lease };
-        Ok(KvClient::new(self.channel.clone()).put(req).await?.into_inner())
+        self.unary(req, |ch, r| async move { KvClient::new(ch).put(r).await }).await
     }
 
     /// Deletes one key; the answer counts the keys deleted.
@@ -143,7 +234,7 @@ impl Client {
     /// Not cancel safe: the delete may or may not have happened.
     pub async fn delete(&mut self, key: impl Into<Vec<u8>>) -> Result<pb::DeleteRangeResponse, Status> {
         let req = DeleteRangeRequest { key: key.into(), range_end: Vec::new() };
-        Ok(KvClient::new(self.channel.clone()).delete_range(req).await?.into_inner())
+        self.unary(req, |ch, r| async move { KvClient::new(ch).delete_range(r).await }).await
     }
 
     /// Runs a transaction.
@@ -154,7 +245,7 @@ impl Client {
     /// # Cancel safety
     /// Not cancel safe: the transaction may or may not have been applied.
     pub async fn txn(&mut self, txn: TxnRequest) -> Result<TxnResponse, Status> {
-        Ok(KvClient::new(self.channel.clone()).txn(txn).await?.into_inner())
+        self.unary(txn, |ch, r| async move { KvClient::new(ch).txn(r).await }).await
     }
 
     /// Watches one key from `start_revision` (inclusive) on a stream of its own.
@@ -165,12 +256,19 @@ impl Client {
     /// # Cancel safety
     /// Cancel safe: dropping the watcher ends its stream.
     pub async fn watch(&mut self, key: impl Into<Vec<u8>>, start_revision: i64) -> Result<Watcher, Status> {
-        let (tx, rx) = mpsc::channel(1);
         let create = WatchCreateRequest { key: key.into(), range_end: Vec::new(), start_revision };
         let req = WatchRequest { request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)) };
-        tx.try_send(req).map_err(|_| Status::internal("watch request queue is full"))?;
-        let stream = WatchClient::new(self.channel.clone()).watch(ReceiverStream::new(rx)).await?.into_inner();
-        Ok(Watcher { _requests: tx, stream })
+        let mut retried = false;
+        loop {
+            let (tx, rx) = mpsc::channel(1);
+            tx.try_send(req.clone()).map_err(|_| Status::internal("watch request queue is full"))?;
+            match WatchClient::new(self.channel.clone()).watch(self.request(ReceiverStream::new(rx))).await {
+                Ok(r) => return Ok(Watcher { _requests: tx, stream: r.into_inner() }),
+                Err(s) if !retried && self.auth.is_some() && token_expired(&s) => self.authenticate().await?,
+                Err(s) => return Err(s),
+            }
+            retried = true;
+        }
     }
 
     /// Grants a lease of `ttl_secs` seconds.
@@ -182,7 +280,7 @@ impl Client {
     /// Cancel safe in effect: an unused lease expires after its TTL.
     pub async fn lease_grant(&mut self, ttl_secs: i64) -> Result<pb::LeaseGrantResponse, Status> {
         let req = pb::LeaseGrantRequest { ttl: ttl_secs, id: 0 };
-        Ok(LeaseClient::new(self.channel.clone()).lease_grant(req).await?.into_inner())
+        self.unary(req, |ch, r| async move { LeaseClient::new(ch).lease_grant(r).await }).await
     }
 
     /// Revokes a lease, deleting every key attached to it.
@@ -194,7 +292,7 @@ impl Client {
     /// Cancel safe in effect: the lease expires anyway.
     pub async fn lease_revoke(&mut self, id: i64) -> Result<pb::LeaseRevokeResponse, Status> {
         let req = pb::LeaseRevokeRequest { id };
-        Ok(LeaseClient::new(self.channel.clone()).lease_revoke(req).await?.into_inner())
+        self.unary(req, |ch, r| async move { LeaseClient::new(ch).lease_revoke(r).await }).await
     }
 
     /// The time a lease has left (`ttl` −1: the lease does not exist).
@@ -206,7 +304,7 @@ impl Client {
     /// Cancel safe: read only.
     pub async fn lease_time_to_live(&mut self, id: i64) -> Result<pb::LeaseTimeToLiveResponse, Status> {
         let req = pb::LeaseTimeToLiveRequest { id, keys: false };
-        Ok(LeaseClient::new(self.channel.clone()).lease_time_to_live(req).await?.into_inner())
+        self.unary(req, |ch, r| async move { LeaseClient::new(ch).lease_time_to_live(r).await }).await
     }
 
     /// Opens a keep-alive stream for lease `id`: each [`KeepAliveStream::renew`] is one request
@@ -219,12 +317,52 @@ impl Client {
     /// # Cancel safety
     /// Cancel safe: dropping the stream ends it.
     pub async fn lease_keep_alive(&mut self, id: i64) -> Result<KeepAliveStream, Status> {
-        let (tx, rx) = mpsc::channel(1);
-        tx.try_send(pb::LeaseKeepAliveRequest { id }).map_err(|_| Status::internal("keep-alive queue is full"))?;
-        let stream =
-            LeaseClient::new(self.channel.clone()).lease_keep_alive(ReceiverStream::new(rx)).await?.into_inner();
-        Ok(KeepAliveStream { id, requests: tx, stream, first_sent: true })
+        let mut retried = false;
+        loop {
+            let (tx, rx) = mpsc::channel(1);
+            tx.try_send(pb::LeaseKeepAliveRequest { id }).map_err(|_| Status::internal("keep-alive queue is full"))?;
+            match LeaseClient::new(self.channel.clone()).lease_keep_alive(self.request(ReceiverStream::new(rx))).await {
+                Ok(r) => return Ok(KeepAliveStream { id, requests: tx, stream: r.into_inner(), first_sent: true }),
+                Err(s) if !retried && self.auth.is_some() && token_expired(&s) => self.authenticate().await?,
+                Err(s) => return Err(s),
+            }
+            retried = true;
+        }
     }
+}
+
+/// Why [`Client::connect_with`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// No endpoint could be connected (TLS failures are in the source chain).
+    #[error("{0}")]
+    Transport(#[from] tonic::transport::Error),
+    /// The cluster answered, but refused to authenticate us.
+    #[error("{}", .0.message())]
+    Status(Status),
+}
+
+/// The settings every endpoint gets.
+fn endpoint(ep: Endpoint) -> Endpoint {
+    ep.connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(2))
+        .keep_alive_timeout(Duration::from_secs(2))
+}
+
+/// A channel over `list`, after one endpoint accepted a connection.
+async fn connect_any(list: Vec<Endpoint>) -> Result<Channel, tonic::transport::Error> {
+    let n = list.len();
+    for (i, ep) in list.iter().enumerate() {
+        match ep.connect().await {
+            Ok(channel) if n == 1 => return Ok(channel),
+            Ok(_) => return Ok(Channel::balance_list(list.into_iter())),
+            Err(e) if i + 1 == n => return Err(e),
+            Err(_) => {}
+        }
+    }
+    // No endpoint at all: the empty endpoint does not parse, which says so.
+    Endpoint::from_shared(String::new()).map(|ep| ep.connect_lazy())
 }
 
 /// One watch on a stream of its own. The request side stays open while this lives (etcd ends
@@ -336,7 +474,7 @@ impl Compare {
 impl RequestOp {
     /// A read inside a transaction.
     pub fn range(req: RangeRequest) -> Self {
-        Self { request: Some(Request::RequestRange(req)) }
+        Self { request: Some(Op::RequestRange(req)) }
     }
 
     /// A read of one key inside a transaction.
@@ -346,14 +484,12 @@ impl RequestOp {
 
     /// A put inside a transaction.
     pub fn put(key: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>, lease: i64) -> Self {
-        Self { request: Some(Request::RequestPut(PutRequest { key: key.into(), value: value.into(), lease })) }
+        Self { request: Some(Op::RequestPut(PutRequest { key: key.into(), value: value.into(), lease })) }
     }
 
     /// A delete of one key inside a transaction.
     pub fn delete(key: impl Into<Vec<u8>>) -> Self {
-        Self {
-            request: Some(Request::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end: Vec::new() })),
-        }
+        Self { request: Some(Op::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end: Vec::new() })) }
     }
 }
 

@@ -144,17 +144,18 @@ impl GrpcConnector {
     /// being unreachable.
     ///
     /// A TLS connection the server closed gets one direct handshake to learn why (see
-    /// `probe.rs`): a refused or missing client certificate only shows there.
+    /// `locksmith_core::driver::tls_probe`): a refused or missing client certificate only shows there.
     async fn transport_error(&self, s: &tonic::Status) -> Error {
         if let Some(f) = locksmith_core::driver::tls_failure(s, "locksmith") {
-            return f.into_error(self.url.clone());
+            let no_cert = self.tls.as_ref().is_none_or(|(_, _, t)| t.identity.is_none());
+            return if no_cert { f.without_client_cert() } else { f }.into_error(self.url.clone());
         }
         let mut message = status_message(s);
         let lower = message.to_ascii_lowercase();
         let dropped = !lower.contains("refused") && (lower.contains("reset") || lower.contains("closed"));
         match &self.tls {
             Some((host, port, files)) if dropped => {
-                if let Some(f) = crate::probe::tls_probe(host, *port, files).await {
+                if let Some(f) = locksmith_core::driver::tls_probe(host, *port, files, "locksmith").await {
                     return f.into_error(self.url.clone());
                 }
             }

@@ -11,7 +11,6 @@ mod grpc;
 #[cfg(feature = "memory")]
 mod memory;
 mod mux;
-mod probe;
 
 pub use grpc::NativeBackend;
 #[cfg(feature = "memory")]

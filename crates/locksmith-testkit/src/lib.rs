@@ -19,7 +19,7 @@ mod run_process;
 mod zk;
 
 pub use certs::TestCerts;
-pub use etcd::EtcdServer;
+pub use etcd::{EtcdServer, EtcdServerBuilder};
 pub use mysql::{MySqlServer, MYSQL_SETUP};
 pub use native::NativeServer;
 pub use port::free_port;

@@ -19,6 +19,8 @@ pub mod timing;
 pub mod tls;
 #[cfg(feature = "rustls")]
 pub mod tls_failure;
+#[cfg(feature = "rustls")]
+pub mod tls_probe;
 pub mod url;
 
 pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
@@ -27,4 +29,6 @@ pub use timing::{drift, jittered, millis, Backoff, Jitter};
 pub use tls::TlsFiles;
 #[cfg(feature = "rustls")]
 pub use tls_failure::{tls_failure, TlsFailure};
+#[cfg(feature = "rustls")]
+pub use tls_probe::tls_probe;
 pub use url::{known_schemes, redact, scheme_info, BackendUrl, HostPort, Scheme, SCHEMES};

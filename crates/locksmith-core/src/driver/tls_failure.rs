@@ -15,6 +15,20 @@ pub struct TlsFailure {
 }
 
 impl TlsFailure {
+    /// The failure for a client that presented **no** certificate: a server that refuses "our
+    /// certificate" (Go answers a missing one with `bad_certificate`) wants one, which is a
+    /// configuration error, not refused credentials.
+    #[must_use]
+    pub fn without_client_cert(self) -> Self {
+        match self.auth {
+            true => Self {
+                auth: false,
+                message: "TLS: the server requires a client certificate: add cert=FILE&key=FILE".into(),
+            },
+            false => self,
+        }
+    }
+
     /// The error for `backend`.
     pub fn into_error(self, backend: impl Into<String>) -> crate::Error {
         let backend = backend.into();

@@ -3,12 +3,13 @@
 //! In TLS 1.3 the client finishes its handshake before the server has checked the client's
 //! certificate; a server that then refuses it (or wanted one) sends an alert that arrives after
 //! hyper has started HTTP/2, which reports only a closed connection. One direct handshake with
-//! the same settings, followed by a read, receives the alert itself. Only run after a failure.
+//! the same settings, followed by a read, receives the alert itself. Only run after a failure;
+//! used by the gRPC drivers (native, etcd).
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use locksmith_core::driver::{tls_failure, TlsFailure, TlsFiles};
+use super::{tls_failure, TlsFailure, TlsFiles};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::io::AsyncReadExt;
@@ -16,24 +17,32 @@ use tokio::io::AsyncReadExt;
 /// How long the probe may take in all.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The TLS failure a handshake with `tls` to `host:port` runs into, if any.
-pub(crate) async fn tls_probe(host: &str, port: u16, tls: &TlsFiles) -> Option<TlsFailure> {
-    tokio::time::timeout(PROBE_TIMEOUT, probe(host, port, tls)).await.ok().flatten()
+/// The TLS failure a handshake with `tls` to `host:port` runs into, if any (within 2 s).
+/// `plain_scheme` is suggested when the server does not speak TLS.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub async fn tls_probe(host: &str, port: u16, tls: &TlsFiles, plain_scheme: &str) -> Option<TlsFailure> {
+    let found = tokio::time::timeout(PROBE_TIMEOUT, probe(host, port, tls, plain_scheme)).await.ok().flatten();
+    match tls.identity {
+        Some(_) => found,
+        None => found.map(TlsFailure::without_client_cert),
+    }
 }
 
-async fn probe(host: &str, port: u16, tls: &TlsFiles) -> Option<TlsFailure> {
+async fn probe(host: &str, port: u16, tls: &TlsFiles, plain_scheme: &str) -> Option<TlsFailure> {
     let config = client_config(tls)?;
     let name = ServerName::try_from(host.to_string()).ok()?;
     let tcp = tokio::net::TcpStream::connect((host, port)).await.ok()?;
     let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
     let mut stream = match connector.connect(name, tcp).await {
         Ok(s) => s,
-        Err(e) => return tls_failure(&e, "locksmith"),
+        Err(e) => return tls_failure(&e, plain_scheme),
     };
     // The server's verdict on our certificate comes as the first thing it sends.
     let mut byte = [0u8; 1];
     match stream.read(&mut byte).await {
-        Err(e) => tls_failure(&e, "locksmith"),
+        Err(e) => tls_failure(&e, plain_scheme),
         Ok(_) => None,
     }
 }

@@ -17,7 +17,9 @@ pub use locksmith_cli_common::DurabilityArg;
   locksmith serve --listen localhost:7600 --data-dir /var/lib/locksmith
   locksmith serve --durability leases               # no disk wait per grant (see README)
   locksmith serve --tls-cert server.pem --tls-key server.key [--client-ca clients-ca.pem]
-                                                    # clients: locksmiths://host:7531?ca=ca.pem")]
+                                                    # clients: locksmiths://host:7531?ca=ca.pem
+Beyond loopback, --listen needs --client-ca (clients authenticated by certificate) or
+--insecure-listen-anywhere.")]
 pub struct ServeArgs {
     /// Address to listen on: `HOST:PORT` (an IP address or a name such as `localhost`).
     #[arg(long, default_value = "127.0.0.1:7531", value_parser = listen_arg)]
@@ -42,6 +44,11 @@ pub struct ServeArgs {
     /// `&cert=FILE&key=FILE`. Needs `--tls-cert`.
     #[arg(long, requires = "tls_cert", value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
+    /// Listen on an address other hosts can reach although no client is authenticated (no
+    /// `--client-ca`): anyone who reaches the port can take and hold locks. Without this flag
+    /// such a `--listen` is refused.
+    #[arg(long)]
+    pub insecure_listen_anywhere: bool,
 }
 
 impl ServeArgs {
@@ -84,6 +91,22 @@ fn listen_arg(s: &str) -> Result<SocketAddr, String> {
 /// # Cancel safety
 /// Dropping it stops the server like a signal would, without the drain.
 pub async fn serve(args: ServeArgs) -> ExitCode {
+    if !args.listen.ip().is_loopback() && args.client_ca.is_none() {
+        if !args.insecure_listen_anywhere {
+            eprintln!(
+                "locksmith serve: refusing to listen on {}: clients are not authenticated, so anyone who reaches \
+                 it could take locks. Use mutual TLS (--tls-cert, --tls-key, --client-ca), listen on loopback, or \
+                 accept the risk on a trusted network with --insecure-listen-anywhere",
+                args.listen
+            );
+            return ExitCode::from(exit::USAGE);
+        }
+        tracing::warn!(
+            listen = %args.listen,
+            "listening beyond loopback without client authentication (--insecure-listen-anywhere): anyone who \
+             reaches this port can take locks"
+        );
+    }
     let tls = match args.tls() {
         Ok(tls) => tls,
         Err(message) => {

@@ -219,6 +219,24 @@ fn a_corrupt_data_dir_is_refused_and_left_untouched() {
     assert_eq!(std::fs::read(data.join("wal")).unwrap(), garbage, "the damaged log was modified");
 }
 
+/// Nothing listens beyond loopback unless asked: `--listen 0.0.0.0:…` without client
+/// authentication is refused (exit 2, naming the ways out) before anything is bound or created.
+#[test]
+fn listening_beyond_loopback_without_authentication_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    for listen in [format!("0.0.0.0:{}", free_port()), format!("[::]:{}", free_port())] {
+        let o = locksmith(&["serve", "--listen", &listen, "--data-dir", data.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("--insecure-listen-anywhere") && stderr(&o).contains("--client-ca"),
+            "{}",
+            stderr(&o)
+        );
+        assert!(!data.exists(), "the data directory was created");
+    }
+}
+
 /// Two servers cannot share one data directory.
 #[test]
 fn a_data_dir_in_use_is_refused() {

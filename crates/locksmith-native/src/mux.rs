@@ -135,6 +135,9 @@ struct Shared {
     /// Wakes a reconnect loop that waits between attempts when `close` is called.
     closing: tokio::sync::Notify,
     session: u64,
+    /// The resume secret the server gave at the opening: sent with every resume, never shown
+    /// (`Shared` has no `Debug`).
+    secret: Vec<u8>,
     /// The lease the server granted at the opening.
     lease: Duration,
     ttl: Duration,
@@ -198,11 +201,12 @@ impl StreamSession {
     /// Opens a session of `ttl` on a new stream.
     pub(crate) async fn open(connector: Arc<dyn Connector>, ttl: Duration) -> Result<Self> {
         let mut transport = connector.connect().await?;
-        let (session, lease) = handshake(&mut transport, &connector, ttl, 0).await?;
+        let (session, lease, secret) = handshake(&mut transport, &connector, ttl, 0, Vec::new()).await?;
         let shared = Arc::new(Shared {
             done: tokio::sync::watch::channel(false).0,
             closing: tokio::sync::Notify::new(),
             session,
+            secret,
             ttl,
             lease,
             next_id: AtomicU64::new(2),
@@ -286,15 +290,17 @@ fn send_cancel(shared: &Shared, st: &mut State, tx: &mpsc::UnboundedSender<Clien
     let _ = tx.send(ClientMessage { id, body: Some(In::Cancel(locksmith_proto::Cancel { request })) });
 }
 
-/// Opens (or resumes) the session on a fresh stream: its id and the lease the server granted.
+/// Opens (or resumes, with its secret) the session on a fresh stream: its id, the lease the
+/// server granted and (new sessions) the resume secret.
 async fn handshake(
     t: &mut Transport,
     connector: &Arc<dyn Connector>,
     ttl: Duration,
     resume: u64,
-) -> Result<(u64, Duration)> {
+    secret: Vec<u8>,
+) -> Result<(u64, Duration, Vec<u8>)> {
     let ttl_ms = millis(ttl);
-    let open = In::Open(locksmith_proto::Open { ttl_ms, resume_session: resume });
+    let open = In::Open(locksmith_proto::Open { ttl_ms, resume_session: resume, resume_secret: secret });
     t.tx.send(ClientMessage { id: 1, body: Some(open) })
         .map_err(|_| Error::Unavailable { backend: connector.describe(), message: "stream closed".into() })?;
     // A server that accepted the stream but does not answer (paused, overloaded) must not hang
@@ -303,7 +309,9 @@ async fn handshake(
         .await
         .map_err(|_| Error::Unavailable { backend: connector.describe(), message: "no answer to open".into() })?;
     match first {
-        Some(Ok(ServerMessage { body: Some(Out::Opened(o)), .. })) => Ok((o.session, Duration::from_millis(o.ttl_ms))),
+        Some(Ok(ServerMessage { body: Some(Out::Opened(o)), .. })) => {
+            Ok((o.session, Duration::from_millis(o.ttl_ms), o.resume_secret))
+        }
         Some(Ok(ServerMessage { body: Some(Out::Error(e)), .. })) => Err(server_error(&e)),
         Some(Ok(other)) => Err(Error::Protocol(format!("expected opened, got {other:?}"))),
         Some(Err(e)) => Err(e),
@@ -316,6 +324,7 @@ fn server_error(e: &locksmith_proto::Error) -> Error {
         Code::SessionExpired => Error::SessionExpired,
         Code::InvalidArgument => Error::InvalidArgument(e.message.clone()),
         Code::LimitExceeded => Error::LimitExceeded(e.message.clone()),
+        Code::PermissionDenied => Error::Auth { backend: "locksmith server".into(), message: e.message.clone() },
         Code::Unavailable | Code::Unknown => Error::Backend(format!("locksmith server: {}", e.message)),
     }
 }
@@ -392,7 +401,7 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
             _ = shared.closing.notified() => continue,
         }
         let Ok(mut t) = shared.connector.connect().await else { continue };
-        match handshake(&mut t, &shared.connector, shared.ttl, shared.session).await {
+        match handshake(&mut t, &shared.connector, shared.ttl, shared.session, shared.secret.clone()).await {
             Ok(_) => {
                 let mut st = shared.state();
                 if st.closed {
@@ -431,7 +440,9 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
                 tracing::info!(session = shared.session, "session resumed on a new stream");
                 return Some(t);
             }
-            Err(Error::SessionExpired) => {
+            // A refused secret cannot become right by retrying: the session is not ours to
+            // resume (a server from before resume secrets, or a restored session without one).
+            Err(Error::SessionExpired | Error::Auth { .. }) => {
                 let mut st = shared.state();
                 st.expired = true;
                 fail_all(&mut st, || Error::SessionExpired);

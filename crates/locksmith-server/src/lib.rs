@@ -34,6 +34,7 @@ mod error;
 pub mod grpc;
 pub mod machine;
 pub mod pb_impl;
+mod secret;
 mod serve;
 mod service;
 mod sink;

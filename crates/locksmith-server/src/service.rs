@@ -212,29 +212,24 @@ impl Actor {
     fn handle(&mut self, cmd: Command) {
         let t = now();
         match cmd {
-            Command::Open { conn, id, open, out, reply } => match self.machine.open(t, open.ttl, open.resume) {
-                Ok((session, ttl)) => {
-                    // A resumed session's new stream replaces the old one.
-                    self.conns.insert(session, (conn, out));
-                    // `Opened` first: the client takes the stream's first message as the
-                    // answer to its `open`, and a resume can emit a grant for this very session
-                    // (its expiry pass ends another lease the session was queued behind). Both
-                    // go out in one batch, after its records.
-                    let opened = Reply::Opened { session, ttl };
-                    if let Some(m) = opened.into_message(id) {
-                        self.send(session, m);
-                    }
-                    self.collect();
-                    let _ = reply.send(Some(session));
-                }
-                Err(r) => {
-                    self.collect();
-                    if let Some(m) = Reply::Refused(r).into_message(id) {
-                        self.msgs.push((out, m));
-                    }
-                    let _ = reply.send(None);
-                }
-            },
+            Command::Open { conn, id, open, out, reply } => {
+                // A new session gets a fresh secret; a resume presents the one it was given.
+                let (secret, digest) = match open.resume {
+                    Some(_) => (Vec::new(), open.secret),
+                    None => match crate::secret::fresh() {
+                        Some((secret, digest)) => (secret.to_vec(), digest),
+                        None => {
+                            let r = crate::machine::Refusal::Limit("the OS random number generator failed".into());
+                            if let Some(m) = Reply::Refused(r).into_message(id) {
+                                self.msgs.push((out, m));
+                            }
+                            let _ = reply.send(None);
+                            return;
+                        }
+                    },
+                };
+                self.open(t, conn, id, open, secret, digest, out, reply);
+            }
             Command::Detach { session, conn } => {
                 if self.conns.get(&session).is_some_and(|(c, _)| *c == conn) {
                     self.conns.remove(&session);
@@ -251,6 +246,58 @@ impl Actor {
                     return;
                 }
                 self.request(t, session, id, request);
+            }
+        }
+    }
+
+    /// Opens or resumes a session for connection `conn` (see [`Machine::open`]); `secret` goes
+    /// to the client in `Opened` (new sessions only).
+    #[allow(clippy::too_many_arguments)]
+    fn open(
+        &mut self,
+        t: Instant,
+        conn: u64,
+        id: u64,
+        open: crate::pb_impl::Open,
+        secret: Vec<u8>,
+        digest: crate::machine::SecretDigest,
+        out: Outbox,
+        reply: tokio::sync::oneshot::Sender<Option<SessionId>>,
+    ) {
+        match self.machine.open(t, open.ttl, open.resume, digest) {
+            Ok((session, ttl)) => {
+                // A resumed session's new stream replaces the old one. If the old one is still
+                // there, its client is told its session now lives elsewhere (it treats that as
+                // the session's end), so two clients never both believe they hold its locks.
+                if let Some((old, old_out)) = self.conns.insert(session, (conn, out)) {
+                    if old != conn {
+                        let m = ServerMessage {
+                            id: 0,
+                            body: Some(locksmith_proto::server_message::Body::Error(locksmith_proto::Error {
+                                code: locksmith_proto::error::Code::SessionExpired as i32,
+                                message: "session resumed by another connection".into(),
+                            })),
+                        };
+                        self.msgs.push((old_out, m));
+                    }
+                }
+                // `Opened` first: the client takes the stream's first message as the answer to
+                // its `open`, and a resume can emit a grant for this very session (its expiry
+                // pass ends another lease the session was queued behind). Both go out in one
+                // batch, after its records.
+                let opened = Reply::Opened { session, ttl, secret };
+                if let Some(m) = opened.into_message(id) {
+                    self.send(session, m);
+                }
+                self.collect();
+                let _ = reply.send(Some(session));
+            }
+            Err(r) => {
+                self.collect();
+                if let Some(m) = Reply::Refused(r).into_message(id) {
+                    self.msgs.push((out, m));
+                }
+                let _ = reply.send(None);
             }
         }
     }
@@ -304,17 +351,30 @@ mod tests {
     }
 
     /// Opens (or resumes) a session on connection `conn`; returns it and its stream's messages.
+    /// Opens a session (or resumes one with the secret given) on connection `conn`: the session,
+    /// its resume secret (new sessions; the `Opened` is taken off the stream for it) and the
+    /// stream's messages.
     fn open(
         actor: &mut Actor,
         conn: u64,
         ttl: Duration,
-        resume: Option<SessionId>,
-    ) -> (SessionId, mpsc::UnboundedReceiver<ServerMessage>) {
-        let (out, rx) = mpsc::unbounded_channel();
+        resume: Option<(SessionId, &[u8])>,
+    ) -> (SessionId, Vec<u8>, mpsc::UnboundedReceiver<ServerMessage>) {
+        let (out, mut rx) = mpsc::unbounded_channel();
         let (reply, mut opened) = oneshot::channel();
-        actor.handle(Command::Open { conn, id: 1, open: Open { ttl, resume }, out, reply });
+        let secret = crate::secret::digest(resume.map_or(&[][..], |r| r.1));
+        let open = Open { ttl, resume: resume.map(|r| r.0), secret };
+        actor.handle(Command::Open { conn, id: 1, open, out, reply });
         actor.flush().unwrap();
-        (opened.try_recv().unwrap().unwrap(), rx)
+        let session = opened.try_recv().unwrap().unwrap();
+        let secret = match resume {
+            Some(_) => Vec::new(),
+            None => match rx.try_recv().unwrap().body {
+                Some(Body::Opened(o)) => o.resume_secret,
+                other => panic!("expected opened, got {other:?}"),
+            },
+        };
+        (session, secret, rx)
     }
 
     fn acquire(actor: &mut Actor, session: SessionId, conn: u64, id: u64, owner: &str) {
@@ -333,20 +393,66 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_resumed_stream_starts_with_opened_even_when_the_resume_grants() {
         let mut actor = actor();
-        let (b, _b_out) = open(&mut actor, 1, Duration::from_secs(1), None);
+        let (b, _, _b_out) = open(&mut actor, 1, Duration::from_secs(1), None);
         acquire(&mut actor, b, 1, 2, "b");
-        let (a, _old) = open(&mut actor, 2, Duration::from_secs(10), None);
+        let (a, secret, _old) = open(&mut actor, 2, Duration::from_secs(10), None);
         acquire(&mut actor, a, 2, 5, "a");
         actor.handle(Command::Detach { session: a, conn: 2 });
         // b's lease runs out with nobody ticking the machine: the resume's expiry pass finds it.
         tokio::time::advance(Duration::from_millis(1_500)).await;
 
-        let (resumed, mut out) = open(&mut actor, 3, Duration::from_secs(10), Some(a));
+        let (resumed, _, mut out) = open(&mut actor, 3, Duration::from_secs(10), Some((a, &secret)));
         assert_eq!(resumed, a);
         let first = out.try_recv().unwrap();
         assert!(matches!(first.body, Some(Body::Opened(_))), "first message: {first:?}");
         let second = out.try_recv().unwrap();
         assert_eq!(second.id, 5);
         assert!(matches!(second.body, Some(Body::Granted(g)) if g.queued), "{second:?}");
+    }
+
+    /// A session id (which Status shows anyone) is not enough to resume a session: without its
+    /// secret, or with another one, the resume is refused with PERMISSION_DENIED and the holder
+    /// keeps its stream and its lock.
+    #[tokio::test(start_paused = true)]
+    async fn resuming_needs_the_sessions_secret() {
+        let mut actor = actor();
+        let (a, secret, mut a_out) = open(&mut actor, 1, Duration::from_secs(10), None);
+        assert_eq!(secret.len(), 32);
+        acquire(&mut actor, a, 1, 2, "a");
+        assert!(matches!(a_out.try_recv().unwrap().body, Some(Body::Granted(_))));
+        for guess in [&b""[..], &[0u8; 32][..], &secret[..31]] {
+            let (out, mut rx) = mpsc::unbounded_channel();
+            let (reply, mut opened) = oneshot::channel();
+            let open = Open { ttl: Duration::from_secs(10), resume: Some(a), secret: crate::secret::digest(guess) };
+            actor.handle(Command::Open { conn: 9, id: 1, open, out, reply });
+            actor.flush().unwrap();
+            assert_eq!(opened.try_recv().unwrap(), None);
+            match rx.try_recv().unwrap().body {
+                Some(Body::Error(e)) => assert_eq!(e.code, locksmith_proto::error::Code::PermissionDenied as i32),
+                other => panic!("{other:?}"),
+            }
+        }
+        // The holder's stream is still the session's: a release through it works.
+        let release =
+            Ok(Request::Release { name: LockName::new("x").unwrap(), owner: Owner::new("a").unwrap(), token: 1 });
+        actor.handle(Command::Request { session: a, conn: 1, id: 3, request: release });
+        actor.flush().unwrap();
+        assert!(matches!(a_out.try_recv().unwrap().body, Some(Body::Released(r)) if r.was_held));
+    }
+
+    /// With the secret, a resume from another connection takes the session over, and the old
+    /// stream is told so (its client then treats the session as ended) instead of going quiet.
+    #[tokio::test(start_paused = true)]
+    async fn a_resume_elsewhere_tells_the_old_stream() {
+        let mut actor = actor();
+        let (a, secret, mut old) = open(&mut actor, 1, Duration::from_secs(10), None);
+        let (resumed, _, _new) = open(&mut actor, 2, Duration::from_secs(10), Some((a, &secret)));
+        assert_eq!(resumed, a);
+        let told = old.try_recv().unwrap();
+        assert_eq!(told.id, 0);
+        assert!(
+            matches!(&told.body, Some(Body::Error(e)) if e.code == locksmith_proto::error::Code::SessionExpired as i32 && e.message.contains("another connection")),
+            "{told:?}"
+        );
     }
 }

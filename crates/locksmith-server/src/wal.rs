@@ -200,7 +200,7 @@ mod tests {
     fn sample() -> Vec<Record> {
         vec![
             Record::Boot { epoch: 3 },
-            Record::Session { id: 7, ttl: Duration::from_secs(1) },
+            Record::Session { id: 7, ttl: Duration::from_secs(1), secret: Some([1; 32]) },
             Record::Grant { name: "a".into(), session: 7, owner: "o".into(), token: 9, lock_delay: Duration::ZERO },
             Record::Release { name: "a".into(), token: 9, delay: Duration::from_millis(5) },
             Record::Counter { name: "b".into(), token: 4, delay: Duration::ZERO },
@@ -271,8 +271,8 @@ mod tests {
         let ms = Duration::from_millis;
         vec![
             Record::Boot { epoch: 3 },
-            Record::Session { id: s1, ttl: ms(10_000) },
-            Record::Session { id: s2, ttl: ms(2_500) },
+            Record::Session { id: s1, ttl: ms(10_000), secret: None },
+            Record::Session { id: s2, ttl: ms(2_500), secret: None },
             Record::Grant {
                 name: "jobs/nightly".into(),
                 session: s1,

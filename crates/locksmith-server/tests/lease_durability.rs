@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use locksmith_server::machine::*;
 
+/// The resume-secret digest every session of these tests is opened with.
+const SECRET: locksmith_server::machine::SecretDigest = [7; 32];
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -47,7 +50,7 @@ fn leases(now: Instant) -> (Machine, Vec<Record>) {
 }
 
 fn open(m: &mut Machine, now: Instant, ttl_ms: u64) -> SessionId {
-    m.open(now, ms(ttl_ms), None).unwrap().0
+    m.open(now, ms(ttl_ms), None, SECRET).unwrap().0
 }
 
 fn try_acq(m: &mut Machine, now: Instant, s: SessionId, name: &str) -> AcquireOutcome {
@@ -186,7 +189,7 @@ fn a_crash_during_the_quiet_period_starts_it_again() {
 fn a_grants_log_restored_in_leases_mode_drops_holders_and_waits_out_their_ttl() {
     let t0 = Instant::now();
     let mut m = Machine::new(limits(), 1);
-    let s = m.open(t0, ms(3000), None).unwrap().0;
+    let s = m.open(t0, ms(3000), None, SECRET).unwrap().0;
     let old = grab(&mut m, t0, s, "a");
     let disk = m.take_records();
     let t1 = t0 + ms(100);
@@ -209,7 +212,7 @@ fn a_leases_log_restored_in_grants_mode_keeps_the_quiet_period_and_the_tokens() 
     grab(&mut m, t0, s, "a");
     disk.extend(m.take_records());
     let mut m = Machine::restore(limits(), disk, t0);
-    let n = m.open(t0, ms(5000), None).unwrap().0;
+    let n = m.open(t0, ms(5000), None, SECRET).unwrap().0;
     assert_eq!(try_acq(&mut m, t0 + ms(999), n, "a"), AcquireOutcome::Busy);
     assert!(matches!(try_acq(&mut m, t0 + ms(1000), n, "a"), AcquireOutcome::Granted(t) if t > RESERVE_BLOCK));
 }

@@ -6,6 +6,9 @@ use std::time::{Duration, Instant};
 
 use locksmith_server::machine::*;
 
+/// The resume-secret digest every session of these tests is opened with.
+const SECRET: locksmith_server::machine::SecretDigest = [7; 32];
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -44,7 +47,7 @@ fn rel(s: SessionId, name: &str, owner: &str, token: u64) -> Release {
 
 /// Opens a fresh session with a TTL of `ttl_ms`.
 fn open(m: &mut Machine, now: Instant, ttl_ms: u64) -> SessionId {
-    m.open(now, ms(ttl_ms), None).unwrap().0
+    m.open(now, ms(ttl_ms), None, SECRET).unwrap().0
 }
 
 /// Acquire without lock-delay.
@@ -445,7 +448,7 @@ fn expired_session_is_refused_for_keep_alive_acquire_and_resume() {
     assert_eq!(m.keep_alive(at(1_000), s), Err(Refusal::SessionExpired));
     assert_eq!(m.take_effects(), vec![Effect::Expired { session: s }]);
     assert_eq!(m.acquire(at(1_001), Acquire { wait: true, ..cmd(s, 1, "x", "o") }), Err(Refusal::SessionExpired));
-    assert_eq!(m.open(at(1_002), ms(1_000), Some(s)), Err(Refusal::SessionExpired));
+    assert_eq!(m.open(at(1_002), ms(1_000), Some(s), SECRET), Err(Refusal::SessionExpired));
     assert!(m.status(at(1_002), None).is_empty(), "the refused acquire left no lock behind");
 
     // An acquire past the deadline, with no tick or keep-alive before it, is refused too.
@@ -453,6 +456,30 @@ fn expired_session_is_refused_for_keep_alive_acquire_and_resume() {
     assert_eq!(m.acquire(at(3_000), cmd(s2, 1, "x", "o")), Err(Refusal::SessionExpired));
     // A session id never issued is refused the same way.
     assert_eq!(m.keep_alive(at(3_000), 12_345), Err(Refusal::SessionExpired));
+}
+
+/// A resume needs the digest of the session's own secret: another one is refused with
+/// `Denied` and changes nothing (the session keeps its deadline and holds, no record is
+/// written); a session restored from a log without a digest cannot be resumed at all.
+#[test]
+fn resume_needs_the_sessions_secret_and_a_refusal_changes_nothing() {
+    let t0 = Instant::now();
+    let at = |n: u64| t0 + Duration::from_millis(n);
+    let mut m = machine();
+    let s = open(&mut m, at(0), 1_000);
+    let t = grab(&mut m, at(0), s, 1, "x", "o");
+    m.take_records();
+    let mut other = SECRET;
+    other[31] ^= 1;
+    assert!(matches!(m.open(at(900), ms(1_000), Some(s), other), Err(Refusal::Denied(_))));
+    assert!(m.take_records().is_empty());
+    // Not renewed by the refused resume: it expires at 1 000 as before.
+    assert_eq!(m.keep_alive(at(1_000), s), Err(Refusal::SessionExpired));
+    let _ = t;
+
+    let mut r = machine();
+    r.apply(at(0), &Record::Session { id: 1 << 32 | 1, ttl: ms(5_000), secret: None });
+    assert!(matches!(r.open(at(1), ms(5_000), Some(1 << 32 | 1), SECRET), Err(Refusal::Denied(_))));
 }
 
 /// Resuming a live session renews it and keeps its TTL and holds.
@@ -464,7 +491,7 @@ fn resume_of_a_live_session_renews_it() {
     let s = open(&mut m, at(0), 1_000);
     let t = grab(&mut m, at(0), s, 1, "x", "o");
     m.take_records();
-    assert_eq!(m.open(at(900), ms(5_000), Some(s)), Ok((s, ms(1_000))));
+    assert_eq!(m.open(at(900), ms(5_000), Some(s), SECRET), Ok((s, ms(1_000))));
     assert!(m.take_records().is_empty(), "resume opens no new session");
     assert_eq!(m.session_ttl_left(at(900), s), Some(ms(1_000)));
     m.tick(at(1_500));
@@ -667,12 +694,12 @@ fn ttl_outside_the_limits_is_refused_as_invalid() {
     let at = |n: u64| t0 + Duration::from_millis(n);
     let mut m = machine();
     let l = limits();
-    assert!(matches!(m.open(at(0), l.min_ttl - ms(1), None), Err(Refusal::Invalid(_))));
-    assert!(matches!(m.open(at(0), l.max_ttl + ms(1), None), Err(Refusal::Invalid(_))));
-    assert!(matches!(m.open(at(0), Duration::ZERO, None), Err(Refusal::Invalid(_))));
+    assert!(matches!(m.open(at(0), l.min_ttl - ms(1), None, SECRET), Err(Refusal::Invalid(_))));
+    assert!(matches!(m.open(at(0), l.max_ttl + ms(1), None, SECRET), Err(Refusal::Invalid(_))));
+    assert!(matches!(m.open(at(0), Duration::ZERO, None, SECRET), Err(Refusal::Invalid(_))));
     assert!(m.take_records().is_empty(), "a refused open records nothing");
-    assert_eq!(m.open(at(0), l.min_ttl, None).unwrap().1, l.min_ttl);
-    assert_eq!(m.open(at(0), l.max_ttl, None).unwrap().1, l.max_ttl);
+    assert_eq!(m.open(at(0), l.min_ttl, None, SECRET).unwrap().1, l.min_ttl);
+    assert_eq!(m.open(at(0), l.max_ttl, None, SECRET).unwrap().1, l.max_ttl);
 }
 
 /// A lock-delay above the maximum is refused as Invalid and changes nothing.
@@ -741,7 +768,7 @@ fn too_many_sessions_are_refused_with_limit() {
     let mut m = Machine::new(Limits { max_sessions: 2, ..limits() }, 1);
     let a = open(&mut m, at(0), 1_000);
     open(&mut m, at(0), 10_000);
-    assert!(matches!(m.open(at(1), ms(1_000), None), Err(Refusal::Limit(_))));
+    assert!(matches!(m.open(at(1), ms(1_000), None, SECRET), Err(Refusal::Limit(_))));
     m.close(at(2), a);
     open(&mut m, at(3), 1_000);
 }
@@ -756,7 +783,7 @@ fn grant_and_release_emit_records_with_the_right_durability() {
     let mut m = machine();
     let s = open(&mut m, at(0), 10_000);
     let opened = m.take_records();
-    assert_eq!(opened, vec![Record::Session { id: s, ttl: ms(10_000) }]);
+    assert_eq!(opened, vec![Record::Session { id: s, ttl: ms(10_000), secret: Some(SECRET) }]);
     assert!(!opened[0].needs_sync());
 
     assert_eq!(
@@ -918,7 +945,7 @@ fn restored_session_can_resume_and_release() {
     let t = grab(&mut l.m, at(1), a, 1, "x", "o");
     l.sync();
     let mut r = Machine::restore(limits(), l.log.clone(), at(2_000));
-    assert_eq!(r.open(at(2_500), ms(1_000), Some(a)), Ok((a, ms(1_000))));
+    assert_eq!(r.open(at(2_500), ms(1_000), Some(a), SECRET), Ok((a, ms(1_000))));
     assert_eq!(r.session_ttl_left(at(2_500), a), Some(ms(1_000)));
     assert_eq!(acq(&mut r, at(2_600), a, 2, "x", "o", false), AcquireOutcome::Granted(t));
     assert!(r.release(at(2_700), rel(a, "x", "o", t)));
@@ -973,7 +1000,7 @@ fn session_that_ended_before_the_crash_is_not_restored() {
     assert_eq!(r.session_ttl_left(at(2_000), expired), None);
     assert_eq!(r.session_ttl_left(at(2_000), live), Some(ms(10_000)));
     assert_eq!(r.keep_alive(at(2_000), closed), Err(Refusal::SessionExpired));
-    assert_eq!(r.open(at(2_000), ms(1_000), Some(expired)), Err(Refusal::SessionExpired));
+    assert_eq!(r.open(at(2_000), ms(1_000), Some(expired), SECRET), Err(Refusal::SessionExpired));
     assert_eq!(holder(&r, at(2_000), "x"), None);
     assert_eq!(holder(&r, at(2_000), "y"), None);
     assert_eq!(grab(&mut r, at(2_001), live, 3, "x", "o"), 2);
@@ -1152,7 +1179,7 @@ fn random_operation_sequences_keep_the_invariants() {
                 (0..=9, _) => {
                     let resume = if rng.below(3) == 0 { slots[slot].or(dead.last().copied()) } else { None };
                     let ttl = ms(300 + rng.below(1_200));
-                    match m.open(now, ttl, resume) {
+                    match m.open(now, ttl, resume, SECRET) {
                         Ok((id, _)) => slots[slot] = Some(id),
                         Err(Refusal::SessionExpired) => assert!(resume.is_some(), "{ctx}"),
                         Err(e) => panic!("{ctx}: open refused: {e}"),

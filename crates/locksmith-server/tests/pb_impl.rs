@@ -20,10 +20,10 @@ fn release(name: &str, owner: &str) -> Body {
 /// An open decodes with its TTL, and a non-zero session id asks to resume that session.
 #[test]
 fn open_decodes_ttl_and_resume() {
-    let (id, open) = decode_open(msg(3, Body::Open(Open { ttl_ms: 1_500, resume_session: 0 })));
+    let (id, open) = decode_open(msg(3, Body::Open(Open { ttl_ms: 1_500, resume_session: 0, ..Default::default() })));
     let open = open.unwrap();
     assert_eq!((id, open.ttl.as_millis(), open.resume), (3, 1_500, None));
-    let (_, open) = decode_open(msg(4, Body::Open(Open { ttl_ms: 1_500, resume_session: 77 })));
+    let (_, open) = decode_open(msg(4, Body::Open(Open { ttl_ms: 1_500, resume_session: 77, ..Default::default() })));
     assert_eq!(open.unwrap().resume, Some(77));
 }
 
@@ -39,7 +39,7 @@ fn the_first_message_must_be_open() {
 #[test]
 fn later_messages_decode_by_kind() {
     assert_eq!(
-        decode_request(msg(1, Body::Open(Open { ttl_ms: 1, resume_session: 0 }))),
+        decode_request(msg(1, Body::Open(Open { ttl_ms: 1, resume_session: 0, ..Default::default() }))),
         (1, Err(Invalid::AlreadyOpen))
     );
     assert_eq!(decode_request(ClientMessage { id: 2, body: None }), (2, Err(Invalid::Empty)));

@@ -7,6 +7,9 @@ use std::time::{Duration, Instant};
 
 use locksmith_server::machine::*;
 
+/// The resume-secret digest every session of these tests is opened with.
+const SECRET: locksmith_server::machine::SecretDigest = [7; 32];
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -48,7 +51,7 @@ fn state(m: &Machine, now: Instant) -> State {
     for r in m.snapshot(now) {
         match r {
             Record::Boot { .. } => {}
-            Record::Session { id, ttl } => assert!(s.sessions.insert((id, ttl))),
+            Record::Session { id, ttl, .. } => assert!(s.sessions.insert((id, ttl))),
             Record::Grant { name, session, owner, token, lock_delay } => {
                 s.counters.insert(name.clone(), token);
                 s.holders.insert((name, session, owner, token, lock_delay));
@@ -106,7 +109,7 @@ fn replaying_the_log_gives_the_state_of_the_machine_that_wrote_it() {
             let request = rng.below(6);
             match (rng.below(100), slots[slot]) {
                 (_, None) | (0..=9, _) => {
-                    if let Ok((id, _)) = m.open(now, ms(300 + rng.below(1_200)), None) {
+                    if let Ok((id, _)) = m.open(now, ms(300 + rng.below(1_200)), None, SECRET) {
                         slots[slot] = Some(id);
                     }
                 }
@@ -171,8 +174,8 @@ fn a_restored_machine_keeps_writing_a_log_that_replays_to_its_state() {
     let t0 = Instant::now();
     let at = |n: u64| t0 + Duration::from_millis(n);
     let mut m = Machine::new(limits(), 1);
-    let a = m.open(at(0), ms(10_000), None).unwrap().0;
-    let b = m.open(at(0), ms(10_000), None).unwrap().0;
+    let a = m.open(at(0), ms(10_000), None, SECRET).unwrap().0;
+    let b = m.open(at(0), ms(10_000), None, SECRET).unwrap().0;
     assert_eq!(m.acquire(at(1), acquire(a, 1, "x", "o", false, ms(500))), Ok(AcquireOutcome::Granted(1)));
     assert_eq!(m.acquire(at(1), acquire(b, 2, "x", "o", true, Duration::ZERO)), Ok(AcquireOutcome::Queued));
     let mut log = vec![Record::Boot { epoch: 1 }];
@@ -185,7 +188,7 @@ fn a_restored_machine_keeps_writing_a_log_that_replays_to_its_state() {
     assert_eq!(r.acquire(at(101), acquire(b, 2, "x", "o", true, Duration::ZERO)), Ok(AcquireOutcome::Queued));
     r.close(at(102), a);
     assert_eq!(r.take_effects(), vec![Effect::Granted { session: b, request: 2, token: 2 }]);
-    let c = r.open(at(103), ms(2_000), None).unwrap().0;
+    let c = r.open(at(103), ms(2_000), None, SECRET).unwrap().0;
     assert_eq!(r.acquire(at(104), acquire(c, 3, "y", "p", false, ms(50))), Ok(AcquireOutcome::Granted(1)));
     log2.extend(r.take_records());
 

@@ -65,8 +65,8 @@ async fn a_session_survives_a_broken_stream_and_resumes() {
     link.wait_opened(2).await;
     let open = link.to_server().into_iter().find(|(s, _)| *s == 2).map(|(_, m)| m.body);
     assert!(
-        matches!(open, Some(Some(In::Open(o))) if format!("{:x}", o.resume_session) == session),
-        "the new stream resumes the session: {open:?}"
+        matches!(&open, Some(Some(In::Open(o))) if format!("{:x}", o.resume_session) == session && o.resume_secret.len() == 32),
+        "the new stream resumes the session with its secret: {open:?}"
     );
     assert!(guard.is_held());
     assert_eq!(guard.session_id(), session);

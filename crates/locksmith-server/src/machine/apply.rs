@@ -21,11 +21,12 @@ impl Machine {
     pub fn apply(&mut self, now: Instant, record: &Record) {
         match record {
             Record::Boot { epoch } => self.seen_epoch = self.seen_epoch.max(*epoch),
-            Record::Session { id, ttl } => {
+            Record::Session { id, ttl, secret } => {
                 self.seen_epoch = self.seen_epoch.max(id >> 32);
                 let deadline = now + *ttl;
                 let s = self.sessions.entry(*id).or_insert_with(|| Session {
                     ttl: *ttl,
+                    secret: *secret,
                     deadline,
                     holds: HashSet::new(),
                     waits: HashMap::new(),

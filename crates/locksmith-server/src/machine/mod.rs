@@ -45,6 +45,15 @@ pub use record::Record;
 /// Session id: `epoch << 32 | n`, unique across restarts (see [`Record::Boot`]).
 pub type SessionId = u64;
 
+/// SHA-256 of a session's resume secret: what the machine keeps and the log stores (see
+/// `crate::secret`).
+pub type SecretDigest = [u8; 32];
+
+/// Compares two digests in time independent of where they differ.
+fn same_digest(a: &SecretDigest, b: &SecretDigest) -> bool {
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
 /// Server limits, checked by the machine on every request.
 #[derive(Debug, Clone)]
 pub struct Limits {
@@ -140,11 +149,17 @@ pub enum Refusal {
     /// A limit was hit.
     #[error("limit exceeded: {0}")]
     Limit(String),
+    /// A resume with a wrong or missing secret: nothing changed.
+    #[error("permission denied: {0}")]
+    Denied(String),
 }
 
 #[derive(Debug)]
 struct Session {
     ttl: Duration,
+    /// Digest of the resume secret; `None` for a session restored from a log written before
+    /// secrets existed (it cannot be resumed).
+    secret: Option<SecretDigest>,
     deadline: Instant,
     holds: HashSet<String>,
     /// Queued acquires: request id → lock name.
@@ -261,18 +276,27 @@ impl Machine {
         }
     }
 
-    /// Opens a session, or resumes `resume` if it is still alive (renewing it).
+    /// Opens a session whose resume secret has digest `secret`, or resumes `resume` if it is
+    /// still alive (renewing it) and `secret` is the digest of its resume secret. The secret
+    /// itself is made (and hashed) by the caller: the machine has no randomness of its own.
     ///
     /// # Errors
-    /// TTL out of range, too many sessions, or (resume) the session is gone.
+    /// TTL out of range, too many sessions, or (resume) the session is gone or `secret` is not
+    /// its secret's digest ([`Refusal::Denied`]; nothing changes then, the session keeps its
+    /// stream and holds).
     pub fn open(
         &mut self,
         now: Instant,
         ttl: Duration,
         resume: Option<SessionId>,
+        secret: SecretDigest,
     ) -> Result<(SessionId, Duration), Refusal> {
         self.expire_due(now);
         if let Some(id) = resume {
+            let s = self.sessions.get(&id).ok_or(Refusal::SessionExpired)?;
+            if !s.secret.is_some_and(|d| same_digest(&d, &secret)) {
+                return Err(Refusal::Denied("wrong resume secret for this session".into()));
+            }
             self.keep_alive(now, id)?;
             let ttl = self.sessions.get(&id).map(|s| s.ttl).unwrap_or(ttl);
             return Ok((id, ttl));
@@ -288,7 +312,7 @@ impl Machine {
         }
         let id = (self.epoch << 32) | (self.next_session & 0xffff_ffff);
         self.next_session += 1;
-        self.emit(now, Record::Session { id, ttl });
+        self.emit(now, Record::Session { id, ttl, secret: Some(secret) });
         if self.durability == Durability::Leases && ttl > self.horizon.0 {
             self.emit(now, Record::Horizon { ttl, lock_delay: self.horizon.1 });
         }

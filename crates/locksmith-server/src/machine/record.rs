@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Durability, SessionId};
+use super::{Durability, SecretDigest, SessionId};
 
 /// A state change of the machine, in the order it happened: what the write-ahead log stores
 /// (in [`Durability::Grants`]; [`Durability::Leases`] keeps only [`Record::Boot`],
@@ -27,6 +27,9 @@ pub enum Record {
         id: SessionId,
         /// Its TTL.
         ttl: Duration,
+        /// SHA-256 of its resume secret (`None`: logged before resume secrets existed; such a
+        /// session cannot be resumed).
+        secret: Option<SecretDigest>,
     },
     /// A lock was granted.
     Grant {

@@ -97,7 +97,7 @@ impl Machine {
             return out;
         }
         for (id, s) in &self.sessions {
-            out.push(Record::Session { id: *id, ttl: s.ttl });
+            out.push(Record::Session { id: *id, ttl: s.ttl, secret: s.secret });
         }
         for (name, lock) in &self.locks {
             match &lock.holder {

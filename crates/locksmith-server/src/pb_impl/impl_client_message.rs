@@ -14,7 +14,7 @@ use crate::machine::{LockName, Owner};
 /// ```
 /// use locksmith_proto::{client_message::Body, ClientMessage, KeepAlive, Open as OpenMsg};
 /// use locksmith_server::pb_impl::{decode_open, Invalid};
-/// let open = ClientMessage { id: 1, body: Some(Body::Open(OpenMsg { ttl_ms: 10_000, resume_session: 0 })) };
+/// let open = ClientMessage { id: 1, body: Some(Body::Open(OpenMsg { ttl_ms: 10_000, ..Default::default() })) };
 /// let (id, decoded) = decode_open(open);
 /// assert_eq!((id, decoded.map(|o| o.resume)), (1, Ok(None)));
 /// let other = ClientMessage { id: 2, body: Some(Body::KeepAlive(KeepAlive {})) };
@@ -25,6 +25,8 @@ pub fn decode_open(msg: ClientMessage) -> (u64, Result<Open, Invalid>) {
         Some(Body::Open(o)) => Ok(Open {
             ttl: Duration::from_millis(o.ttl_ms),
             resume: (o.resume_session != 0).then_some(o.resume_session),
+            // Hashed at once: the secret itself goes no further than this function.
+            secret: crate::secret::digest(&o.resume_secret),
         }),
         _ => Err(Invalid::NotOpen),
     };

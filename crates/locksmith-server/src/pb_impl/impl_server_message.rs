@@ -11,11 +11,20 @@ use crate::machine::{AcquireOutcome, Effect, Refusal, SessionId};
 /// What the service answers to one client message.
 #[derive(Debug)]
 pub(crate) enum Reply {
-    Opened { session: SessionId, ttl: Duration },
+    /// `secret`: the resume secret of a new session (empty on a resume).
+    Opened {
+        session: SessionId,
+        ttl: Duration,
+        secret: Vec<u8>,
+    },
     KeepAlive,
     Acquired(AcquireOutcome),
-    Released { was_held: bool },
-    Cancelled { was_waiting: bool },
+    Released {
+        was_held: bool,
+    },
+    Cancelled {
+        was_waiting: bool,
+    },
     Refused(Refusal),
     Invalid(Invalid),
 }
@@ -25,7 +34,9 @@ impl Reply {
     /// grant, later).
     pub(crate) fn into_message(self, id: u64) -> Option<ServerMessage> {
         let body = match self {
-            Reply::Opened { session, ttl } => Body::Opened(locksmith_proto::Opened { session, ttl_ms: ms(ttl) }),
+            Reply::Opened { session, ttl, secret } => {
+                Body::Opened(locksmith_proto::Opened { session, ttl_ms: ms(ttl), resume_secret: secret })
+            }
             Reply::KeepAlive => Body::KeepAlive(locksmith_proto::KeepAliveAck {}),
             Reply::Acquired(AcquireOutcome::Granted(token)) => {
                 Body::Granted(locksmith_proto::Granted { token, queued: false })
@@ -39,6 +50,7 @@ impl Reply {
                     Refusal::SessionExpired => Code::SessionExpired,
                     Refusal::Invalid(_) => Code::InvalidArgument,
                     Refusal::Limit(_) => Code::LimitExceeded,
+                    Refusal::Denied(_) => Code::PermissionDenied,
                 };
                 return Some(error(id, code, r.to_string()));
             }
@@ -86,8 +98,10 @@ mod tests {
     /// Each answer becomes its message under the request's id; a queued acquire has none yet.
     #[test]
     fn answers_become_messages_with_the_request_id() {
-        let opened = Reply::Opened { session: 5, ttl: Duration::from_millis(1_500) }.into_message(1);
-        assert_eq!(body(opened, 1), Body::Opened(locksmith_proto::Opened { session: 5, ttl_ms: 1_500 }));
+        let opened =
+            Reply::Opened { session: 5, ttl: Duration::from_millis(1_500), secret: vec![9; 32] }.into_message(1);
+        let want = locksmith_proto::Opened { session: 5, ttl_ms: 1_500, resume_secret: vec![9; 32] };
+        assert_eq!(body(opened, 1), Body::Opened(want));
         let granted = Reply::Acquired(AcquireOutcome::Granted(8)).into_message(2);
         assert_eq!(body(granted, 2), Body::Granted(locksmith_proto::Granted { token: 8, queued: false }));
         assert_eq!(

@@ -11,7 +11,11 @@ use crate::machine::Record;
 pub(crate) fn to_wal(r: &Record) -> wal::Record {
     let body = match r {
         Record::Boot { epoch } => Body::BootEpoch(*epoch),
-        Record::Session { id, ttl } => Body::Session(wal::Session { id: *id, ttl_ms: ms(*ttl) }),
+        Record::Session { id, ttl, secret } => Body::Session(wal::Session {
+            id: *id,
+            ttl_ms: ms(*ttl),
+            secret_digest: secret.map(|d| d.to_vec()).unwrap_or_default(),
+        }),
         Record::Grant { name, session, owner, token, lock_delay } => Body::Grant(wal::Grant {
             name: name.clone(),
             session: *session,
@@ -39,7 +43,9 @@ pub(crate) fn from_wal(r: wal::Record) -> Option<Record> {
     let d = Duration::from_millis;
     Some(match r.body? {
         Body::BootEpoch(epoch) => Record::Boot { epoch },
-        Body::Session(s) => Record::Session { id: s.id, ttl: d(s.ttl_ms) },
+        // A digest of another length (none, in logs from before resume secrets) leaves the
+        // session unresumable rather than resumable by anyone.
+        Body::Session(s) => Record::Session { id: s.id, ttl: d(s.ttl_ms), secret: s.secret_digest.try_into().ok() },
         Body::Grant(g) => Record::Grant {
             name: g.name,
             session: g.session,

@@ -38,6 +38,8 @@ pub struct Open {
     pub ttl: Duration,
     /// The session to resume after a reconnect or a server restart.
     pub resume: Option<SessionId>,
+    /// SHA-256 of the resume secret the client presented (of nothing, when it sent none).
+    pub secret: crate::machine::SecretDigest,
 }
 
 /// Any later message of a session stream, decoded and validated; the stream's session and the

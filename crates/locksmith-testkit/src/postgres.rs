@@ -54,7 +54,6 @@ impl PostgresServer {
         let dir = tempfile::Builder::new().prefix("locksmith-pg-").tempdir().expect("create a temp dir");
         run_ok("chown", Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(dir.path()));
         let data = dir.path().join("data");
-        let port = free_port();
         run_ok(
             "initdb",
             Command::new(bin("initdb"))
@@ -66,7 +65,7 @@ impl PostgresServer {
                 .gid(gid),
         );
         let mut conf = format!(
-            "\nlisten_addresses = '127.0.0.1'\nport = {port}\nunix_socket_directories = '{}'\n\
+            "\nlisten_addresses = '127.0.0.1'\nunix_socket_directories = '{}'\n\
              max_connections = 400\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\n",
             dir.path().display()
         );
@@ -92,13 +91,26 @@ impl PostgresServer {
         let mut text = std::fs::read_to_string(&conf_path).expect("read postgresql.conf");
         text.push_str(&conf);
         std::fs::write(&conf_path, text).expect("write postgresql.conf");
-        let mut cmd = Command::new(bin("postgres"));
-        cmd.arg("-D").arg(&data).current_dir(dir.path()).uid(uid).gid(gid).stdin(Stdio::null()).stdout(Stdio::null());
-        cmd.stderr(Stdio::null());
-        let p = spawn("postgres", &mut cmd);
-        let wd = watchdog("postgres", p.pid(), dir.path());
-        let mut s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
-        s.wait_ready();
+        // The port is chosen right before the server binds it, and a server that could not bind
+        // (another process took the port meanwhile: outgoing connections draw from the same
+        // ephemeral range) is started again on a new one.
+        let mut attempt = 0;
+        let (port, p, wd) = loop {
+            attempt += 1;
+            let port = free_port();
+            let mut cmd = Command::new(bin("postgres"));
+            cmd.arg("-D").arg(&data).arg("-p").arg(port.to_string()).current_dir(dir.path()).uid(uid).gid(gid);
+            cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
+            let mut p = spawn("postgres", &mut cmd);
+            let mut wd = watchdog("postgres", p.pid(), dir.path());
+            if wait_ready(port, &mut p) {
+                break (port, p, wd);
+            }
+            assert!(attempt < 3, "postgres exited at start three times (last port {port})");
+            p.kill9();
+            wd.kill9();
+        };
+        let s = Self { port, dir, process: Some(p), watchdog: Some(wd) };
         if certs.is_some() {
             let psql = ["/usr/lib/postgresql/15/bin/psql", "/usr/bin/psql"]
                 .iter()
@@ -113,23 +125,6 @@ impl PostgresServer {
             );
         }
         s
-    }
-
-    fn wait_ready(&mut self) {
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ok = Command::new(Path::new(BIN).join("pg_isready"))
-                .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-U", "postgres", "-t", "1"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success());
-            if ok {
-                return;
-            }
-            assert!(Instant::now() < until, "postgres did not get ready on 127.0.0.1:{} within 30 s", self.port);
-            std::thread::sleep(Duration::from_millis(50));
-        }
     }
 
     /// `postgres://postgres@127.0.0.1:PORT/postgres`
@@ -161,5 +156,26 @@ impl Drop for PostgresServer {
         if let Some(mut w) = self.watchdog.take() {
             w.kill9();
         }
+    }
+}
+
+/// Waits until the server answers; `false` if it exited first.
+fn wait_ready(port: u16, process: &mut ChildProcess) -> bool {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if process.try_wait().is_some() {
+            return false;
+        }
+        let ok = Command::new(Path::new(BIN).join("pg_isready"))
+            .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "postgres", "-t", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return true;
+        }
+        assert!(Instant::now() < until, "postgres did not get ready on 127.0.0.1:{port} within 60 s");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -45,6 +45,11 @@ pub enum Command {
     Run(run::RunArgs),
     /// Show holder, token, waiters and TTL left of one lock or of all.
     Status(status::StatusArgs),
+    /// Print a new bearer token for the native server, and the line its policy file lists.
+    #[command(after_help = "Example:
+  locksmith token > jobs.token      # stdout: the token; stderr: the policy line to add
+  locksmith run nightly --backend 'locksmith://locks:7531?token_file=jobs.token' -- ./job.sh")]
+    Token,
     /// Measure lock latency and throughput against a backend.
     #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
@@ -114,6 +119,7 @@ pub fn main() -> ExitCode {
             Command::Serve(a) => serve::serve(a).await,
             Command::Run(a) => run::run(a).await,
             Command::Status(a) => status::status(a).await,
+            Command::Token => token(),
             #[cfg(feature = "bench")]
             Command::Bench(a) => bench::bench(a).await,
             #[cfg(feature = "sql")]
@@ -124,4 +130,19 @@ pub fn main() -> ExitCode {
             Command::ChaosWorker(a) => chaos::chaos_worker(a).await,
         }
     })
+}
+
+/// `locksmith token`: a fresh token on stdout (for a file), its SHA-256 for the policy on stderr.
+fn token() -> ExitCode {
+    match locksmith_server::auth::new_token() {
+        Some((token, digest)) => {
+            println!("{token}");
+            eprintln!("add to the server's policy file (--auth), under a principal:\n  tokens = [\"{digest}\"]");
+            ExitCode::SUCCESS
+        }
+        None => {
+            eprintln!("locksmith token: the OS random number generator failed");
+            ExitCode::from(exit::SOFTWARE)
+        }
+    }
 }

@@ -49,6 +49,11 @@ pub struct ServeArgs {
     /// such a `--listen` is refused.
     #[arg(long)]
     pub insecure_listen_anywhere: bool,
+    /// Authenticate every client by bearer token or client certificate and authorize it per
+    /// lock-name prefix, as this TOML policy file says (re-read when it changes and on SIGHUP;
+    /// see README "Security of the native server").
+    #[arg(long, value_name = "FILE")]
+    pub auth: Option<PathBuf>,
 }
 
 impl ServeArgs {
@@ -91,12 +96,12 @@ fn listen_arg(s: &str) -> Result<SocketAddr, String> {
 /// # Cancel safety
 /// Dropping it stops the server like a signal would, without the drain.
 pub async fn serve(args: ServeArgs) -> ExitCode {
-    if !args.listen.ip().is_loopback() && args.client_ca.is_none() {
+    if !args.listen.ip().is_loopback() && args.client_ca.is_none() && args.auth.is_none() {
         if !args.insecure_listen_anywhere {
             eprintln!(
                 "locksmith serve: refusing to listen on {}: clients are not authenticated, so anyone who reaches \
                  it could take locks. Use mutual TLS (--tls-cert, --tls-key, --client-ca), listen on loopback, or \
-                 accept the risk on a trusted network with --insecure-listen-anywhere",
+                 accept the risk on a trusted network with --insecure-listen-anywhere (or give --auth FILE)",
                 args.listen
             );
             return ExitCode::from(exit::USAGE);
@@ -114,6 +119,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(exit::CONFIG);
         }
     };
+    let auth = match args.auth.as_ref().map(locksmith_server::auth::Auth::load).transpose() {
+        Ok(auth) => auth,
+        Err(e) => {
+            eprintln!("locksmith serve: {e}");
+            return ExitCode::from(exit::CONFIG);
+        }
+    };
+    let _hup = auth.clone().map(reload_on_sighup);
     let shutdown = shutdown_signal();
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -129,6 +142,9 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let mut opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
     if let Some(tls) = tls {
         opts = opts.tls(tls);
+    }
+    if let Some(auth) = auth {
+        opts = opts.auth(auth);
     }
     match locksmith_server::serve(listener, opts, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
@@ -152,6 +168,21 @@ fn shutdown_signal() -> impl std::future::Future<Output = ()> {
             _ = int.recv() => tracing::info!("SIGINT received"),
         }
     }
+}
+
+/// Re-reads the policy on every SIGHUP (it is also re-read when the file changes), for as long
+/// as the returned task lives.
+fn reload_on_sighup(auth: locksmith_server::auth::Auth) -> tokio::task::JoinHandle<()> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let hup = signal(SignalKind::hangup());
+    tokio::spawn(async move {
+        let Ok(mut hup) = hup else { return };
+        while hup.recv().await.is_some() {
+            if let Err(e) = auth.reload() {
+                tracing::error!(error = %e, "auth policy not reloaded; the previous one stays");
+            }
+        }
+    })
 }
 
 /// Prints a failure of the server itself and returns its exit code.

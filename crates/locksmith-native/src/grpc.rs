@@ -11,6 +11,7 @@ use locksmith_core::{Backend, Error, LockName, LockStatus, Result, Session};
 use locksmith_proto::locksmith_client::LocksmithClient;
 use locksmith_proto::StatusRequest;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::mux::{Connector, StreamSession, Transport};
@@ -33,6 +34,8 @@ struct GrpcConnector {
     /// Where to run a TLS probe after a failure: host, port and the TLS files; `None` for
     /// plain HTTP/2 (a dropped connection may then be a TLS-only server, worth a hint).
     tls: Option<(String, u16, TlsFiles)>,
+    /// `authorization: Bearer …` for every call. A secret: the connector's `Debug` skips it.
+    token: Option<MetadataValue<Ascii>>,
 }
 
 impl GrpcConnector {
@@ -74,6 +77,13 @@ impl NativeBackend {
         }
         let tls_scheme = u.scheme().tls;
         let tls = TlsFiles::take_from(&mut u, tls_scheme)?;
+        let token = match u.take_option("token_file") {
+            Some(path) => Some(read_token(&u.describe(&[]), "token_file=", &path)?),
+            None => match std::env::var_os(TOKEN_FILE_ENV) {
+                Some(path) => Some(read_token(&u.describe(&[]), TOKEN_FILE_ENV, &path.to_string_lossy())?),
+                None => None,
+            },
+        };
         u.refuse_extras(false, false, false)?;
         let [host] = u.hosts() else {
             return Err(u.invalid("expected one host: locksmith://host:port".into()));
@@ -82,7 +92,29 @@ impl NativeBackend {
             (Some(_), false) => u.describe(&[("tls", "true")]),
             _ => u.describe(&[]),
         };
-        Self::build(host.host.clone(), host.port, tls, describe)
+        let mut backend = Self::build(host.host.clone(), host.port, tls, describe)?;
+        if let Some(inner) = Arc::get_mut(&mut backend.inner) {
+            inner.token = token;
+        }
+        Ok(backend)
+    }
+
+    /// The same backend presenting bearer `token` on every call (for servers started with an
+    /// auth policy), from code rather than a file.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] if the token is not printable ASCII.
+    pub fn with_token(self, token: &str) -> Result<Self> {
+        let value = bearer(token)
+            .ok_or_else(|| Error::InvalidArgument("locksmith: the token is not printable ASCII".into()))?;
+        let inner = GrpcConnector {
+            url: self.inner.url.clone(),
+            endpoint: self.inner.endpoint.clone(),
+            channel: std::sync::OnceLock::new(),
+            tls: self.inner.tls.clone(),
+            token: Some(value),
+        };
+        Ok(Self { inner: Arc::new(inner) })
     }
 
     /// A backend for `host:port` over TLS with PEM material held in memory (`tls.ca`: the CA to
@@ -130,7 +162,9 @@ impl NativeBackend {
             })?;
         }
         let tls = tls.map(|t| (host.trim_start_matches('[').trim_end_matches(']').to_string(), port, t));
-        Ok(Self { inner: Arc::new(GrpcConnector { url, endpoint, channel: std::sync::OnceLock::new(), tls }) })
+        Ok(Self {
+            inner: Arc::new(GrpcConnector { url, endpoint, channel: std::sync::OnceLock::new(), tls, token: None }),
+        })
     }
 
     fn unavailable(&self, e: impl std::fmt::Display) -> Error {
@@ -138,7 +172,35 @@ impl NativeBackend {
     }
 }
 
+/// Where `locksmith://` clients find their bearer token when the URL names no `token_file=`.
+pub const TOKEN_FILE_ENV: &str = "LOCKSMITH_TOKEN_FILE";
+
+/// The token in file `path` (surrounding whitespace trimmed), as metadata.
+fn read_token(backend: &str, option: &str, path: &str) -> Result<MetadataValue<Ascii>> {
+    let config = |message: String| Error::Config { backend: backend.to_string(), message };
+    let text = std::fs::read_to_string(path).map_err(|e| config(format!("cannot read {option} {path}: {e}")))?;
+    bearer(text.trim()).ok_or_else(|| config(format!("{option} {path} holds no token (printable ASCII)")))
+}
+
+fn bearer(token: &str) -> Option<MetadataValue<Ascii>> {
+    if token.is_empty() || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return None;
+    }
+    let mut value = MetadataValue::try_from(format!("Bearer {token}")).ok()?;
+    value.set_sensitive(true);
+    Some(value)
+}
+
 impl GrpcConnector {
+    /// `msg` as a request with the bearer token, if there is one.
+    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut req = tonic::Request::new(msg);
+        if let Some(token) = &self.token {
+            req.metadata_mut().insert("authorization", token.clone());
+        }
+        req
+    }
+
     /// What a failed call means: a TLS failure is a configuration (or, for a refused client
     /// certificate, an authentication) error that no retry fixes; anything else is the server
     /// being unreachable.
@@ -146,6 +208,9 @@ impl GrpcConnector {
     /// A TLS connection the server closed gets one direct handshake to learn why (see
     /// `locksmith_core::driver::tls_probe`): a refused or missing client certificate only shows there.
     async fn transport_error(&self, s: &tonic::Status) -> Error {
+        if matches!(s.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) {
+            return Error::Auth { backend: self.url.clone(), message: s.message().to_string() };
+        }
         if let Some(f) = locksmith_core::driver::tls_failure(s, "locksmith") {
             let no_cert = self.tls.as_ref().is_none_or(|(_, _, t)| t.identity.is_none());
             return if no_cert { f.without_client_cert() } else { f }.into_error(self.url.clone());
@@ -183,9 +248,10 @@ impl Connector for GrpcConnector {
     async fn connect(&self) -> Result<Transport> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let mut client = LocksmithClient::new(self.channel());
-        let response = tokio::time::timeout(CONNECT_TIMEOUT, client.session(UnboundedReceiverStream::new(rx)))
-            .await
-            .map_err(|_| Error::Unavailable { backend: self.url.clone(), message: "no answer".into() })?;
+        let response =
+            tokio::time::timeout(CONNECT_TIMEOUT, client.session(self.request(UnboundedReceiverStream::new(rx))))
+                .await
+                .map_err(|_| Error::Unavailable { backend: self.url.clone(), message: "no answer".into() })?;
         let response = match response {
             Ok(r) => r,
             Err(s) => return Err(self.transport_error(&s).await),
@@ -221,7 +287,7 @@ impl Backend for NativeBackend {
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let mut client = LocksmithClient::new(self.inner.channel());
         let req = StatusRequest { name: name.map(|n| n.as_str().to_string()).unwrap_or_default() };
-        let resp = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(req)).await {
+        let resp = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(self.inner.request(req))).await {
             Err(_) => return Err(self.unavailable("no answer")),
             Ok(Ok(resp)) => resp,
             Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {

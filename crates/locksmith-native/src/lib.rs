@@ -12,7 +12,7 @@ mod grpc;
 mod memory;
 mod mux;
 
-pub use grpc::NativeBackend;
+pub use grpc::{NativeBackend, TOKEN_FILE_ENV};
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
 #[cfg(feature = "test-transport")]

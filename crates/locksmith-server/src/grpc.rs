@@ -8,7 +8,8 @@ use locksmith_proto::{ClientMessage, ServerMessage, StatusRequest, StatusRespons
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::connection::serve_stream;
+use crate::auth::{Auth, Principal};
+use crate::connection::serve_stream_as;
 use crate::pb_impl;
 use crate::service::Service;
 
@@ -16,12 +17,40 @@ use crate::service::Service;
 #[derive(Debug, Clone)]
 pub struct Grpc {
     service: Service,
+    auth: Option<Auth>,
 }
 
 impl Grpc {
-    /// Wraps `service` as a tonic server ready to be added to a router.
+    /// Wraps `service` as a tonic server ready to be added to a router; every client may do
+    /// everything.
     pub fn server(service: Service) -> LocksmithServer<Self> {
-        LocksmithServer::new(Self { service }).max_decoding_message_size(64 * 1024)
+        Self::server_with_auth(service, None)
+    }
+
+    /// The same, with every call authenticated and authorized by `auth` when it is `Some`.
+    pub fn server_with_auth(service: Service, auth: Option<Auth>) -> LocksmithServer<Self> {
+        LocksmithServer::new(Self { service, auth }).max_decoding_message_size(64 * 1024)
+    }
+
+    /// The caller's principal (`None` without an auth policy), or `UNAUTHENTICATED`.
+    fn principal<T>(&self, request: &Request<T>) -> Result<Option<Principal>, Status> {
+        let Some(auth) = &self.auth else { return Ok(None) };
+        let bearer = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .map(str::trim);
+        let certs = request.peer_certs();
+        let certificate = certs.as_ref().and_then(|c| c.first()).map(|c| c.as_ref());
+        match auth.authenticate(bearer, certificate) {
+            Some(p) => Ok(Some(p)),
+            None if bearer.is_some() => Err(Status::unauthenticated("the bearer token is not known to this server")),
+            None => Err(Status::unauthenticated(
+                "authentication required: a bearer token (locksmith://…?token_file=FILE or LOCKSMITH_TOKEN_FILE) or a \
+                 client certificate listed in the server's policy",
+            )),
+        }
     }
 }
 
@@ -36,9 +65,10 @@ impl Locksmith for Grpc {
     /// # Cancel safety
     /// Cancel safe: it awaits nothing; the stream is served by a spawned task until it ends.
     async fn session(&self, request: Request<Streaming<ClientMessage>>) -> Result<Response<Outbound>, Status> {
+        let principal = self.principal(&request)?;
         let inbound = request.into_inner();
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(serve_stream(self.service.clone(), inbound, tx));
+        tokio::spawn(serve_stream_as(self.service.clone(), inbound, tx, principal));
         let out = UnboundedReceiverStream::new(rx).map(Ok);
         Ok(Response::new(Box::pin(out)))
     }
@@ -48,14 +78,25 @@ impl Locksmith for Grpc {
     /// # Cancel safety
     /// Cancel safe: read only.
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
+        let principal = self.principal(&request)?;
         let name = pb_impl::status_name(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if let (Some(p), Some(n)) = (&principal, &name) {
+            if !p.may_observe(n.as_str()) {
+                return Err(Status::permission_denied(format!("{} may not observe {:?}", p.name, n.as_str())));
+            }
+        }
         // The client's error text, as before there was a server error type.
         let views = self
             .service
             .status(name)
             .await
             .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
-        let locks = views.into_iter().map(Into::into).collect();
+        // A principal sees only what it may observe.
+        let locks = views
+            .into_iter()
+            .filter(|v| principal.as_ref().is_none_or(|p| p.may_observe(&v.name)))
+            .map(Into::into)
+            .collect();
         Ok(Response::new(StatusResponse { locks }))
     }
 }

@@ -29,6 +29,7 @@
 //! resuming clients learn that their sessions are gone.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+pub mod auth;
 mod connection;
 mod error;
 pub mod grpc;

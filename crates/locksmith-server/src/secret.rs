@@ -16,6 +16,21 @@ pub(crate) fn fresh() -> Option<([u8; 32], SecretDigest)> {
     Some((secret, digest(&secret)))
 }
 
+/// The digest a session is known by: its secret's, bound to the principal that opened it, so
+/// only that principal can resume it (`None`: no auth policy, the secret's digest as is).
+pub(crate) fn bind(digest: SecretDigest, principal: Option<&str>) -> SecretDigest {
+    match principal {
+        None => digest,
+        Some(name) => {
+            let mut input = Vec::with_capacity(32 + 1 + name.len());
+            input.extend_from_slice(&digest);
+            input.push(0);
+            input.extend_from_slice(name.as_bytes());
+            self::digest(&input)
+        }
+    }
+}
+
 /// SHA-256 of `secret`.
 pub(crate) fn digest(secret: &[u8]) -> SecretDigest {
     let mut out = [0u8; 32];
@@ -34,6 +49,11 @@ mod tests {
         assert_ne!(a, b);
         assert_ne!(da, db);
         assert_eq!(digest(&a), da);
+        // Bound to a principal, the digest is another principal's no more.
+        assert_eq!(bind(da, None), da);
+        assert_ne!(bind(da, Some("jobs")), da);
+        assert_ne!(bind(da, Some("jobs")), bind(da, Some("ops")));
+        assert_eq!(bind(da, Some("jobs")), bind(da, Some("jobs")));
         // SHA-256 of the empty string.
         assert_eq!(digest(b"")[..4], [0xe3, 0xb0, 0xc4, 0x42]);
     }

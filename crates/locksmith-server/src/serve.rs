@@ -27,6 +27,8 @@ pub struct ServeOptions {
     pub durability: Durability,
     /// TLS for client connections; `None`: plain HTTP/2.
     pub tls: Option<ServerTls>,
+    /// Who may do what; `None`: every client may do everything.
+    pub auth: Option<crate::auth::Auth>,
 }
 
 /// The server's TLS material, PEM: its certificate chain and key, and optionally the CA whose
@@ -75,7 +77,19 @@ impl std::fmt::Debug for ServerTls {
 impl ServeOptions {
     /// Options for `data_dir` with default limits.
     pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Self { data_dir: data_dir.into(), limits: Limits::default(), durability: Durability::default(), tls: None }
+        Self {
+            data_dir: data_dir.into(),
+            limits: Limits::default(),
+            durability: Durability::default(),
+            tls: None,
+            auth: None,
+        }
+    }
+
+    /// The same options with every call authenticated and authorized by `auth`.
+    pub fn auth(mut self, auth: crate::auth::Auth) -> Self {
+        self.auth = Some(auth);
+        self
     }
 
     /// The same options serving TLS with `tls`.
@@ -131,13 +145,23 @@ pub async fn serve(
         })
     });
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let router = builder.tcp_nodelay(true).add_service(Grpc::server(service.clone())).serve_with_incoming_shutdown(
-        incoming,
-        async {
+    let router = builder
+        .tcp_nodelay(true)
+        .add_service(Grpc::server_with_auth(service.clone(), opts.auth.clone()))
+        .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
-        },
-    );
+        });
     tokio::pin!(router);
+    // The policy file is re-read when it changes: revoking a token needs no restart.
+    let _watch = opts.auth.clone().map(|auth| {
+        AbortOnDrop(tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                every.tick().await;
+                auth.reload_if_changed();
+            }
+        }))
+    });
     let served = tokio::select! {
         r = &mut router => r.map_err(ServerError::from),
         r = &mut task => return task_result(r).and(Err(ServerError::Failed("lock service stopped unexpectedly".into()))),
@@ -160,5 +184,14 @@ fn task_result(r: Result<Result<(), ServerError>, tokio::task::JoinError>) -> Re
     match r {
         Ok(r) => r,
         Err(e) => Err(ServerError::Failed(format!("lock service task failed: {e}"))),
+    }
+}
+
+/// Aborts a helper task (the policy watcher) when the server stops.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

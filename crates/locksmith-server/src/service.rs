@@ -14,7 +14,9 @@ use locksmith_proto::ServerMessage;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::error::ServerError;
-use crate::machine::{Acquire, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId};
+use crate::machine::{
+    Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
+};
 use crate::pb_impl::{self, Invalid, Open, Reply, Request};
 use crate::sink::Sink;
 
@@ -89,7 +91,14 @@ impl Service {
     fn spawn(machine: Machine, sink: Sink) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let stop = Arc::new(tokio::sync::Notify::new());
-        let actor = Actor { machine, sink, conns: HashMap::new(), msgs: Vec::new(), records: Vec::new() };
+        let actor = Actor {
+            machine,
+            sink,
+            conns: HashMap::new(),
+            msgs: Vec::new(),
+            records: Vec::new(),
+            principals: HashMap::new(),
+        };
         let task = tokio::spawn(actor.run(rx, stop.clone()));
         (Self { tx, next_conn: Arc::new(AtomicU64::new(1)), stop }, task)
     }
@@ -142,6 +151,8 @@ struct Actor {
     /// Messages for the current batch, in order.
     msgs: Vec<(Outbox, ServerMessage)>,
     records: Vec<Record>,
+    /// Who opened each session (with an auth policy), for the event log.
+    principals: HashMap<SessionId, String>,
 }
 
 impl Actor {
@@ -201,6 +212,16 @@ impl Actor {
         self.records.extend(self.machine.take_records());
         for e in self.machine.take_effects() {
             let (session, m) = pb_impl::effect_message(&e);
+            // The event log (an audit trail at debug level): who got which token, whose session
+            // ran out.
+            let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
+            match e {
+                Effect::Granted { token, .. } => tracing::debug!(session, principal, token, "granted (queued)"),
+                Effect::Expired { .. } => {
+                    tracing::debug!(session, principal, "session expired");
+                    self.principals.remove(&session);
+                }
+            }
             self.send(session, m);
             if let Effect::Expired { session } = e {
                 // Dropping the outbox ends the stream once the batch is delivered.
@@ -214,10 +235,12 @@ impl Actor {
         match cmd {
             Command::Open { conn, id, open, out, reply } => {
                 // A new session gets a fresh secret; a resume presents the one it was given.
+                let principal = open.principal.clone();
+                let bind = |d| crate::secret::bind(d, principal.as_deref());
                 let (secret, digest) = match open.resume {
-                    Some(_) => (Vec::new(), open.secret),
+                    Some(_) => (Vec::new(), bind(open.secret)),
                     None => match crate::secret::fresh() {
-                        Some((secret, digest)) => (secret.to_vec(), digest),
+                        Some((secret, digest)) => (secret.to_vec(), bind(digest)),
                         None => {
                             let r = crate::machine::Refusal::Limit("the OS random number generator failed".into());
                             if let Some(m) = Reply::Refused(r).into_message(id) {
@@ -266,6 +289,9 @@ impl Actor {
     ) {
         match self.machine.open(t, open.ttl, open.resume, digest) {
             Ok((session, ttl)) => {
+                if let Some(p) = &open.principal {
+                    self.principals.insert(session, p.clone());
+                }
                 // A resumed session's new stream replaces the old one. If the old one is still
                 // there, its client is told its session now lives elsewhere (it treats that as
                 // the session's end), so two clients never both believe they hold its locks.
@@ -311,14 +337,27 @@ impl Actor {
                 Err(r) => Reply::Refused(r),
             },
             Ok(Request::Acquire { name, owner, wait, lock_delay }) => {
+                let lock = name.as_str().to_string();
                 let cmd = Acquire { session, request: id, name, owner, wait, lock_delay };
                 match self.machine.acquire(t, cmd) {
-                    Ok(outcome) => Reply::Acquired(outcome),
+                    Ok(outcome) => {
+                        if let AcquireOutcome::Granted(token) = outcome {
+                            let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
+                            tracing::debug!(session, principal, lock, token, "granted");
+                        }
+                        Reply::Acquired(outcome)
+                    }
                     Err(r) => Reply::Refused(r),
                 }
             }
             Ok(Request::Release { name, owner, token }) => {
-                Reply::Released { was_held: self.machine.release(t, Release { session, name, owner, token }) }
+                let lock = name.as_str().to_string();
+                let was_held = self.machine.release(t, Release { session, name, owner, token });
+                if was_held {
+                    let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
+                    tracing::debug!(session, principal, lock, token, "released");
+                }
+                Reply::Released { was_held }
             }
             Ok(Request::Cancel { request }) => {
                 Reply::Cancelled { was_waiting: self.machine.cancel(t, session, request) }
@@ -327,6 +366,7 @@ impl Actor {
                 self.machine.close(t, session);
                 self.collect();
                 self.conns.remove(&session);
+                self.principals.remove(&session);
                 return;
             }
         };
@@ -347,7 +387,14 @@ mod tests {
 
     fn actor() -> Actor {
         let machine = Machine::new(Limits::default(), 1);
-        Actor { machine, sink: Sink::Direct, conns: HashMap::new(), msgs: Vec::new(), records: Vec::new() }
+        Actor {
+            machine,
+            sink: Sink::Direct,
+            conns: HashMap::new(),
+            msgs: Vec::new(),
+            records: Vec::new(),
+            principals: HashMap::new(),
+        }
     }
 
     /// Opens (or resumes) a session on connection `conn`; returns it and its stream's messages.
@@ -363,7 +410,7 @@ mod tests {
         let (out, mut rx) = mpsc::unbounded_channel();
         let (reply, mut opened) = oneshot::channel();
         let secret = crate::secret::digest(resume.map_or(&[][..], |r| r.1));
-        let open = Open { ttl, resume: resume.map(|r| r.0), secret };
+        let open = Open { ttl, resume: resume.map(|r| r.0), secret, principal: None };
         actor.handle(Command::Open { conn, id: 1, open, out, reply });
         actor.flush().unwrap();
         let session = opened.try_recv().unwrap().unwrap();
@@ -423,7 +470,12 @@ mod tests {
         for guess in [&b""[..], &[0u8; 32][..], &secret[..31]] {
             let (out, mut rx) = mpsc::unbounded_channel();
             let (reply, mut opened) = oneshot::channel();
-            let open = Open { ttl: Duration::from_secs(10), resume: Some(a), secret: crate::secret::digest(guess) };
+            let open = Open {
+                ttl: Duration::from_secs(10),
+                resume: Some(a),
+                secret: crate::secret::digest(guess),
+                principal: None,
+            };
             actor.handle(Command::Open { conn: 9, id: 1, open, out, reply });
             actor.flush().unwrap();
             assert_eq!(opened.try_recv().unwrap(), None);
@@ -454,5 +506,35 @@ mod tests {
             matches!(&told.body, Some(Body::Error(e)) if e.code == locksmith_proto::error::Code::SessionExpired as i32 && e.message.contains("another connection")),
             "{told:?}"
         );
+    }
+
+    /// With an auth policy a session belongs to the principal that opened it: its secret in
+    /// another principal's hands does not resume it.
+    #[tokio::test(start_paused = true)]
+    async fn another_principal_cannot_resume_a_session_even_with_its_secret() {
+        let mut actor = actor();
+        let (out, mut rx) = mpsc::unbounded_channel();
+        let (reply, mut opened) = oneshot::channel();
+        let open = Open { ttl: Duration::from_secs(10), resume: None, secret: [0; 32], principal: Some("jobs".into()) };
+        actor.handle(Command::Open { conn: 1, id: 1, open, out, reply });
+        actor.flush().unwrap();
+        let a = opened.try_recv().unwrap().unwrap();
+        let secret = match rx.try_recv().unwrap().body {
+            Some(Body::Opened(o)) => o.resume_secret,
+            other => panic!("{other:?}"),
+        };
+        for (who, conn, granted) in [("ops", 2, false), ("jobs", 3, true)] {
+            let (out, _rx) = mpsc::unbounded_channel();
+            let (reply, mut opened) = oneshot::channel();
+            let open = Open {
+                ttl: Duration::from_secs(10),
+                resume: Some(a),
+                secret: crate::secret::digest(&secret),
+                principal: Some(who.into()),
+            };
+            actor.handle(Command::Open { conn, id: 1, open, out, reply });
+            actor.flush().unwrap();
+            assert_eq!(opened.try_recv().unwrap().is_some(), granted, "{who}");
+        }
     }
 }

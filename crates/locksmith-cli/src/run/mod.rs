@@ -30,7 +30,8 @@ command exits, processes it left running in its group are ended the same way bef
 is released.
 
 The command's environment: LOCKSMITH_LOCK (the lock name) and LOCKSMITH_TOKEN (the fencing
-token; not set with --unfenced).
+token; not set with --unfenced). LOCKSMITH_TOKEN_FILE names the file holding the bearer token for
+a native server started with --auth (or give ?token_file=FILE in the URL).
 
 Durations: a number and a unit, or several: 500ms, 10s, 2m, 1h, 1m30s. TTL: 100ms to 1h.
 

@@ -27,6 +27,7 @@ pub fn decode_open(msg: ClientMessage) -> (u64, Result<Open, Invalid>) {
             resume: (o.resume_session != 0).then_some(o.resume_session),
             // Hashed at once: the secret itself goes no further than this function.
             secret: crate::secret::digest(&o.resume_secret),
+            principal: None,
         }),
         _ => Err(Invalid::NotOpen),
     };

@@ -54,7 +54,13 @@ impl Reply {
                 };
                 return Some(error(id, code, r.to_string()));
             }
-            Reply::Invalid(e) => return Some(error(id, Code::InvalidArgument, e.to_string())),
+            Reply::Invalid(e) => {
+                let code = match e {
+                    Invalid::Forbidden(_) => Code::PermissionDenied,
+                    _ => Code::InvalidArgument,
+                };
+                return Some(error(id, code, e.to_string()));
+            }
         };
         Some(ServerMessage { id, body: Some(body) })
     }

@@ -40,6 +40,9 @@ pub struct Open {
     pub resume: Option<SessionId>,
     /// SHA-256 of the resume secret the client presented (of nothing, when it sent none).
     pub secret: crate::machine::SecretDigest,
+    /// The authenticated principal opening the stream (`None` without an auth policy); set by
+    /// the connection, not decoded.
+    pub principal: Option<String>,
 }
 
 /// Any later message of a session stream, decoded and validated; the stream's session and the
@@ -98,4 +101,7 @@ pub enum Invalid {
     /// The owner id is empty or has a control character.
     #[error(transparent)]
     Owner(#[from] InvalidOwner),
+    /// The stream's principal may not do this (answered `PERMISSION_DENIED`).
+    #[error("permission denied: {0}")]
+    Forbidden(String),
 }

@@ -1,0 +1,150 @@
+//! The native server with an auth policy (`locksmith serve --auth FILE`): no token is
+//! refused; a token allowed only `jobs/` can lock there but not `db/x`, nor see `db/x` in
+//! status; a token taken out of the file stops working without a restart; `locksmith run` finds
+//! its token through `?token_file=` or `LOCKSMITH_TOKEN_FILE`. Refusals exit 77.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use locksmith_testkit::NativeServer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
+
+/// A token and the SHA-256 the policy lists, from `locksmith token`.
+fn new_token() -> (String, String) {
+    let out = Command::new(BIN).arg("token").output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let digest = stderr.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {stderr}")).to_string();
+    (token, digest)
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    jobs: (String, String),
+    admin: (String, String),
+    server: NativeServer,
+}
+
+impl Setup {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let (jobs, admin) = (new_token(), new_token());
+        for (name, (token, _)) in [("jobs.token", &jobs), ("admin.token", &admin)] {
+            std::fs::write(dir.path().join(name), format!("{token}\n")).unwrap();
+        }
+        let policy = dir.path().join("policy.toml");
+        write_policy(&policy, Some(&jobs.1), &admin.1);
+        let server = NativeServer::start_with(BIN.as_ref(), &["--auth", policy.to_str().unwrap()]);
+        Self { dir, jobs, admin, server }
+    }
+
+    fn token_file(&self, who: &str) -> PathBuf {
+        self.dir.path().join(format!("{who}.token"))
+    }
+
+    fn url(&self, who: &str) -> String {
+        format!("{}?token_file={}", self.server.url(), self.token_file(who).display())
+    }
+}
+
+fn write_policy(path: &Path, jobs: Option<&str>, admin: &str) {
+    let jobs_tokens = jobs.map(|d| format!("\"{d}\"")).unwrap_or_default();
+    let text = format!(
+        "[principals.jobs]\ntokens = [{jobs_tokens}]\nlock = [\"jobs/\"]\nobserve = [\"jobs/\"]\n\n\
+         [principals.admin]\ntokens = [\"{admin}\"]\nadmin = true\n"
+    );
+    // Written aside and renamed: the server never reads half a file.
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+fn run(url: &str, name: &str, env: Option<&Path>) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", name, "--backend", url, "--timeout", "5s", "--", "echo", "ran"]).stdin(Stdio::null());
+    cmd.env_remove("LOCKSMITH_TOKEN_FILE");
+    if let Some(file) = env {
+        cmd.env("LOCKSMITH_TOKEN_FILE", file);
+    }
+    cmd.output().unwrap()
+}
+
+fn code_and_stderr(o: &Output) -> (Option<i32>, String) {
+    (o.status.code(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+#[test]
+fn without_a_token_nothing_is_allowed() {
+    let s = Setup::start();
+    let (code, stderr) = code_and_stderr(&run(&s.server.url(), "jobs/nightly", None));
+    assert_eq!(code, Some(77), "{stderr}");
+    assert!(stderr.contains("token"), "{stderr}");
+    let unknown = s.dir.path().join("unknown.token");
+    std::fs::write(&unknown, "not-a-token-anyone-issued").unwrap();
+    let (code, stderr) = code_and_stderr(&run(&s.server.url(), "jobs/nightly", Some(&unknown)));
+    assert_eq!(code, Some(77), "{stderr}");
+    assert!(!stderr.contains("not-a-token-anyone-issued"), "the token was printed: {stderr}");
+    let status = Command::new(BIN).args(["status", "--backend", &s.server.url()]).output().unwrap();
+    assert_eq!(status.status.code(), Some(77), "{}", String::from_utf8_lossy(&status.stderr));
+}
+
+#[test]
+fn a_token_locks_only_under_its_prefixes_from_the_url_or_the_environment() {
+    let s = Setup::start();
+    let ok = run(&s.url("jobs"), "jobs/nightly", None);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(String::from_utf8_lossy(&ok.stdout).trim(), "ran");
+    let env = run(&s.server.url(), "jobs/env", Some(&s.token_file("jobs")));
+    assert_eq!(env.status.code(), Some(0), "{}", String::from_utf8_lossy(&env.stderr));
+    let (code, stderr) = code_and_stderr(&run(&s.url("jobs"), "db/x", None));
+    assert_eq!(code, Some(77), "{stderr}");
+    assert!(stderr.contains("may not lock"), "{stderr}");
+    assert!(!stderr.contains(&s.jobs.0), "the token was printed: {stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_shows_a_principal_only_what_it_may_observe() {
+    let s = Setup::start();
+    let admin = locksmith::connect_with_ttl(&s.url("admin"), Duration::from_secs(5)).await.unwrap();
+    let db = admin.lock("db/x").await.unwrap();
+    let job = admin.lock("jobs/a").await.unwrap();
+    let jobs = locksmith::connect_with_ttl(&s.url("jobs"), Duration::from_secs(5)).await.unwrap();
+    let seen: Vec<String> = jobs.status(None).await.unwrap().into_iter().map(|l| l.name).collect();
+    assert_eq!(seen, vec!["jobs/a".to_string()]);
+    let e = jobs.status(Some("db/x")).await.map(|_| ()).unwrap_err();
+    assert!(matches!(&e, locksmith::Error::Auth { message, .. } if message.contains("may not observe")), "{e}");
+    let all: Vec<String> = admin.status(None).await.unwrap().into_iter().map(|l| l.name).collect();
+    assert_eq!(all.len(), 2, "{all:?}");
+    assert!(db.unlock().await.unwrap() && job.unlock().await.unwrap());
+}
+
+#[test]
+fn a_token_removed_from_the_policy_stops_working_without_a_restart() {
+    let s = Setup::start();
+    let pid = s.server.pid();
+    assert_eq!(run(&s.url("jobs"), "jobs/a", None).status.code(), Some(0));
+    let policy = s.dir.path().join("policy.toml");
+    // A different modification time for certain, on file systems with coarse timestamps too.
+    std::thread::sleep(Duration::from_millis(1_100));
+    write_policy(&policy, None, &s.admin.1);
+    let until = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, stderr) = code_and_stderr(&run(&s.url("jobs"), "jobs/a", None));
+        if code == Some(77) {
+            assert!(stderr.contains("not known"), "{stderr}");
+            break;
+        }
+        assert_eq!(code, Some(0), "{stderr}");
+        assert!(Instant::now() < until, "the removed token still works after 10 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(run(&s.url("admin"), "jobs/a", None).status.code(), Some(0), "the other token stopped too");
+    assert_eq!(s.server.pid(), pid, "the server was restarted");
+    assert!(s
+        .server
+        .process()
+        .is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid()), None).is_ok()));
+}

@@ -1,0 +1,91 @@
+//! Authentication and authorization of the native server's clients (`locksmith serve --auth
+//! FILE`): a [`Policy`] file maps bearer tokens (gRPC metadata `authorization: Bearer …`) and
+//! client certificates (mutual TLS) to principals with per-prefix rights. The file is re-read
+//! when it changes (checked every second) or on [`Auth::reload`] (SIGHUP in `locksmith serve`);
+//! a file that does not parse keeps the previous policy and is logged.
+
+mod policy;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::SystemTime;
+
+pub use policy::{hex, Fingerprint, Policy, Principal};
+
+use crate::error::ServerError;
+
+/// The policy in force, shared by every connection. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Auth {
+    path: PathBuf,
+    current: Arc<RwLock<(Arc<Policy>, Option<SystemTime>)>>,
+}
+
+impl Auth {
+    /// Loads the policy file at `path`.
+    ///
+    /// # Errors
+    /// [`ServerError::Config`] when it cannot be read or parsed (nothing is served then).
+    pub fn load(path: impl Into<PathBuf>) -> Result<Self, ServerError> {
+        let path = path.into();
+        let (policy, mtime) = read(&path).map_err(ServerError::Config)?;
+        Ok(Self { path, current: Arc::new(RwLock::new((Arc::new(policy), mtime))) })
+    }
+
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).0.clone()
+    }
+
+    /// Re-reads the file; on an error the previous policy stays (and the error is returned).
+    ///
+    /// # Errors
+    /// Why the file could not be used.
+    pub fn reload(&self) -> Result<(), String> {
+        let (policy, mtime) = read(&self.path)?;
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (Arc::new(policy), mtime);
+        tracing::info!(path = %self.path.display(), "auth policy reloaded");
+        Ok(())
+    }
+
+    /// Reloads if the file's modification time changed since the last load.
+    pub(crate) fn reload_if_changed(&self) {
+        let seen = self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).1;
+        let now = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        if now != seen {
+            if let Err(e) = self.reload() {
+                tracing::error!(path = %self.path.display(), error = %e, "auth policy not reloaded; the previous one stays");
+                // Do not retry the same broken version every second.
+                self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner).1 = now;
+            }
+        }
+    }
+
+    /// The principal for a request's bearer token (`authorization: Bearer …`) or, failing
+    /// that, its client certificate (DER).
+    pub fn authenticate(&self, bearer: Option<&str>, certificate: Option<&[u8]>) -> Option<Principal> {
+        let policy = self.policy();
+        if let Some(token) = bearer {
+            if let Some(p) = policy.by_token(&crate::secret::digest(token.as_bytes())) {
+                return Some(p.clone());
+            }
+        }
+        certificate.and_then(|der| policy.by_certificate(&crate::secret::digest(der)).cloned())
+    }
+}
+
+fn read(path: &Path) -> Result<(Policy, Option<SystemTime>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+    let policy = Policy::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((policy, mtime))
+}
+
+/// A new bearer token (32 random bytes, hex) and the SHA-256 (hex) the policy file lists.
+/// `None` if the OS has no randomness to give.
+pub fn new_token() -> Option<(String, String)> {
+    let (bytes, _) = crate::secret::fresh()?;
+    let token = hex(&bytes);
+    let digest = hex(&crate::secret::digest(token.as_bytes()));
+    Some((token, digest))
+}

@@ -148,3 +148,20 @@ fn a_token_removed_from_the_policy_stops_working_without_a_restart() {
         .process()
         .is_some_and(|p| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid()), None).is_ok()));
 }
+
+/// Mutual TLS identifies a principal too: the client certificate listed in the policy (by its
+/// SHA-256) locks under its prefixes without any token, and only there.
+#[test]
+fn a_client_certificate_listed_in_the_policy_is_a_principal() {
+    let certs = locksmith_testkit::TestCerts::generate();
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.toml");
+    let text = format!("[principals.robot]\ncertificates = [\"{}\"]\nlock = [\"jobs/\"]\n", certs.client_cert_sha256());
+    std::fs::write(&policy, text).unwrap();
+    let server = NativeServer::start_tls_with(BIN.as_ref(), &certs, true, &["--auth", policy.to_str().unwrap()]);
+    let ok = run(&server.url(), "jobs/by-certificate", None);
+    assert_eq!(ok.status.code(), Some(0), "{}", String::from_utf8_lossy(&ok.stderr));
+    let (code, stderr) = code_and_stderr(&run(&server.url(), "db/x", None));
+    assert_eq!(code, Some(77), "{stderr}");
+    assert!(stderr.contains("robot may not lock"), "{stderr}");
+}

@@ -34,6 +34,8 @@ impl TestCerts {
         write("server.key", &server.1);
         write("client.pem", &client.0);
         write("client.key", &client.1);
+        let digest = ring::digest::digest(&ring::digest::SHA256, &client.2);
+        write("client.sha256", &digest.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>());
         Self { dir }
     }
 
@@ -71,6 +73,11 @@ impl TestCerts {
     pub fn client_key(&self) -> PathBuf {
         self.dir.path().join("client.key")
     }
+
+    /// SHA-256 of the client certificate's DER, in hex (what a native server's policy lists).
+    pub fn client_cert_sha256(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("client.sha256")).unwrap_or_default()
+    }
 }
 
 fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
@@ -83,14 +90,14 @@ fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
     (cert, key)
 }
 
-/// `(certificate PEM, key PEM)` of a leaf signed by `ca`.
+/// `(certificate PEM, key PEM, certificate DER)` of a leaf signed by `ca`.
 fn leaf(
     name: &str,
     sans: &[&str],
     usage: ExtendedKeyUsagePurpose,
     ca: &rcgen::Certificate,
     ca_key: &KeyPair,
-) -> (String, String) {
+) -> (String, String, Vec<u8>) {
     let key = KeyPair::generate().unwrap_or_else(|e| panic!("{name} key: {e}"));
     let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
     let mut params = CertificateParams::new(sans).unwrap_or_else(|e| panic!("{name} params: {e}"));
@@ -98,7 +105,7 @@ fn leaf(
     params.extended_key_usages = vec![usage];
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     let cert = params.signed_by(&key, ca, ca_key).unwrap_or_else(|e| panic!("{name} certificate: {e}"));
-    (cert.pem(), key.serialize_pem())
+    (cert.pem(), key.serialize_pem(), cert.der().to_vec())
 }
 
 #[cfg(test)]

@@ -49,6 +49,14 @@ impl NativeServer {
     /// # Panics
     /// When the files cannot be copied or the server does not listen within 20 s.
     pub fn start_tls(bin: &Path, certs: &crate::TestCerts, client_certs: bool) -> Self {
+        Self::start_tls_with(bin, certs, client_certs, &[])
+    }
+
+    /// [`NativeServer::start_tls`] with extra `serve` arguments, e.g. `["--auth", "policy.toml"]`.
+    ///
+    /// # Panics
+    /// As [`NativeServer::start_tls`].
+    pub fn start_tls_with(bin: &Path, certs: &crate::TestCerts, client_certs: bool, extra: &[&str]) -> Self {
         let dir = tempfile::Builder::new().prefix("locksmith-test-").tempdir().expect("create a temp dir");
         let copy = |from: PathBuf, name: &str| {
             let to = dir.path().join(name);
@@ -61,6 +69,7 @@ impl NativeServer {
             copy(certs.ca(), "ca.pem"),
         );
         let mut args = vec!["--tls-cert".to_string(), cert, "--tls-key".into(), key];
+        args.extend(extra.iter().map(|a| a.to_string()));
         let mut query = format!("ca={ca}");
         if client_certs {
             args.extend(["--client-ca".to_string(), ca.clone()]);

@@ -183,9 +183,7 @@ impl Shared {
     async fn error_probing(&self, s: Status) -> Error {
         let e = self.error(s);
         if let (Error::Unavailable { message, .. }, Some(tls)) = (&e, &self.options.tls) {
-            let lower = message.to_ascii_lowercase();
-            let dropped = ["closed", "reset", "broken pipe", "alert"].iter().any(|w| lower.contains(w));
-            if !lower.contains("refused") && dropped {
+            if locksmith_core::driver::connection_dropped(message) {
                 for (host, port) in &self.hosts {
                     if let Some(f) = locksmith_core::driver::tls_probe(host, *port, tls, "etcd").await {
                         return f.into_error(self.url.clone());
@@ -226,9 +224,7 @@ impl Shared {
             || text.contains("transport error")
         {
             let mut message = locksmith_core::message_with_causes(text, std::error::Error::source(&s));
-            let lower = message.to_ascii_lowercase();
-            let dropped = ["invalid size", "reset", "broken pipe", "closed"].iter().any(|w| lower.contains(w));
-            if self.options.tls.is_none() && dropped {
+            if self.options.tls.is_none() && locksmith_core::driver::connection_dropped(&message) {
                 // A TLS port answers HTTP/2's preface with an alert record.
                 message.push_str(" (if the cluster serves TLS, use etcds:// or ?tls=true)");
             }

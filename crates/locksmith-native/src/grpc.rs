@@ -216,8 +216,7 @@ impl GrpcConnector {
             return if no_cert { f.without_client_cert() } else { f }.into_error(self.url.clone());
         }
         let mut message = status_message(s);
-        let lower = message.to_ascii_lowercase();
-        let dropped = !lower.contains("refused") && (lower.contains("reset") || lower.contains("closed"));
+        let dropped = locksmith_core::driver::connection_dropped(&message);
         match &self.tls {
             Some((host, port, files)) if dropped => {
                 if let Some(f) = locksmith_core::driver::tls_probe(host, *port, files, "locksmith").await {
@@ -226,9 +225,7 @@ impl GrpcConnector {
             }
             // A TLS server answers HTTP/2's preface with an alert record, which h2 reads as a
             // frame of invalid size.
-            None if dropped || lower.contains("invalid size") => {
-                message.push_str(" (if the server serves TLS, use locksmiths://)")
-            }
+            None if dropped => message.push_str(" (if the server serves TLS, use locksmiths://)"),
             _ => {}
         }
         Error::Unavailable { backend: self.url.clone(), message }

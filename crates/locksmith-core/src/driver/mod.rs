@@ -28,7 +28,7 @@ pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};
 pub use tls::TlsFiles;
 #[cfg(feature = "rustls")]
-pub use tls_failure::{tls_failure, TlsFailure};
+pub use tls_failure::{connection_dropped, tls_failure, TlsFailure};
 #[cfg(feature = "rustls")]
 pub use tls_probe::tls_probe;
 pub use url::{known_schemes, redact, scheme_info, BackendUrl, HostPort, Scheme, SCHEMES};

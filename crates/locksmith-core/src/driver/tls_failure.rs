@@ -39,6 +39,16 @@ impl TlsFailure {
     }
 }
 
+/// Whether a transport error's text says the peer dropped the connection (closed, reset, an
+/// alert, or a TLS record read as an HTTP/2 frame) rather than refused it: what a TLS/plain
+/// mismatch or a refused client certificate looks like from gRPC, so worth a TLS probe or a
+/// hint about the scheme.
+pub fn connection_dropped(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    !lower.contains("refused")
+        && ["closed", "reset", "broken pipe", "alert", "invalid size"].iter().any(|w| lower.contains(w))
+}
+
 /// The TLS failure behind `e` (itself or anywhere in its source chain, also inside an
 /// `io::Error`, which is how tokio-rustls reports one), if there is one. `plain_scheme` is the
 /// URL scheme to suggest when the server does not speak TLS at all (`redis`, `etcd`,

@@ -2,10 +2,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use crate::port::free_port;
-use crate::process::{account, run_ok, spawn, watchdog, ChildProcess};
+use crate::process::{account, remove_when_gone, run_ok, spawn, watchdog, ChildProcess};
 
 /// How to get MariaDB when it is missing.
 pub const MYSQL_SETUP: &str = "bash scripts/setup.sh (installs Debian's mariadb-server)";
@@ -57,13 +58,10 @@ impl MySqlServer {
         let data = dir.path().join("data");
         let sock = dir.path().join("sock");
         let port = free_port();
+        // `cp -a TEMPLATE DEST` copies the directory itself, owner included.
         run_ok(
-            "mariadb-install-db",
-            Command::new(install)
-                .arg("--no-defaults")
-                .arg(format!("--datadir={}", data.display()))
-                .args(["--user=mysql", "--auth-root-authentication-method=socket", "--skip-test-db"])
-                .current_dir(dir.path()),
+            "copy the initialised data dir",
+            Command::new("cp").arg("-a").arg(template(&install, uid, gid)).arg(&data),
         );
         let mut cmd = Command::new(server);
         cmd.arg("--no-defaults")
@@ -162,6 +160,37 @@ impl MySqlServer {
     pub fn dir(&self) -> &Path {
         self.dir.path()
     }
+}
+
+/// A data dir initialised once per test process and copied for every server: the bootstrap costs
+/// seconds, and Debian's MariaDB 10.11 bootstrap now and then dies of a segmentation fault in
+/// `ha_maria::drop_table` (seen in CI), so it is tried up to three times, each in a fresh dir.
+fn template(install: &Path, uid: u32, gid: u32) -> &'static Path {
+    // (the data dir, its temp dir, the shell that removes it when the test process is gone)
+    static TEMPLATE: OnceLock<(PathBuf, tempfile::TempDir, ChildProcess)> = OnceLock::new();
+    let (data, _, _) = TEMPLATE.get_or_init(|| {
+        let mut failures = Vec::new();
+        for _ in 0..3 {
+            let dir =
+                tempfile::Builder::new().prefix("locksmith-mysql-template-").tempdir().expect("create a temp dir");
+            run_ok("chown", Command::new("chown").arg("-R").arg(format!("{uid}:{gid}")).arg(dir.path()));
+            let out = Command::new(install)
+                .arg("--no-defaults")
+                .arg(format!("--datadir={}", dir.path().join("data").display()))
+                .args(["--user=mysql", "--auth-root-authentication-method=socket", "--skip-test-db"])
+                .current_dir(dir.path())
+                .output()
+                .unwrap_or_else(|e| panic!("cannot run mariadb-install-db: {e}; run: {MYSQL_SETUP}"));
+            if out.status.success() {
+                let cleanup = remove_when_gone("mariadb template", dir.path());
+                return (dir.path().join("data"), dir, cleanup);
+            }
+            let output = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+            failures.push(format!("{}: {}", out.status, output.trim()));
+        }
+        panic!("mariadb-install-db failed three times:\n{}", failures.join("\n\n"))
+    });
+    data
 }
 
 impl Drop for MySqlServer {

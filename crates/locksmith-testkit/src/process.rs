@@ -30,6 +30,18 @@ pub(crate) fn watchdog(name: &str, pid: i32, dir: &std::path::Path) -> ChildProc
     spawn(&format!("{name} watchdog"), &mut wd)
 }
 
+/// A shell that removes `dir` once the current (test) process is gone: for files shared by a
+/// whole test binary through a static, which is never dropped.
+pub(crate) fn remove_when_gone(name: &str, dir: &std::path::Path) -> ChildProcess {
+    let mut wd = Command::new("sh");
+    wd.arg("-c")
+        .arg(format!("while kill -0 {} 2>/dev/null; do sleep 1; done; rm -rf '{}'", std::process::id(), dir.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    spawn(&format!("{name} cleanup"), &mut wd)
+}
+
 /// `(uid, gid)` of a system account, e.g. `postgres`, via `id`.
 pub(crate) fn account(user: &str) -> Option<(u32, u32)> {
     let id = |flag: &str| -> Option<u32> {

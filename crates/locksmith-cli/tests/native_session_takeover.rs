@@ -29,7 +29,11 @@ fn request<T>(msg: T, token: Option<&str>) -> tonic::Request<T> {
 }
 
 async fn holder(client: &mut LocksmithClient<Channel>, name: &str, token: Option<&str>) -> Option<LockInfo> {
-    let status = client.status(request(StatusRequest { name: name.into() }, token)).await.ok()?.into_inner();
+    let status = client
+        .status(request(StatusRequest { name: name.into(), ..Default::default() }, token))
+        .await
+        .ok()?
+        .into_inner();
     status.locks.into_iter().find(|l| l.name == name && l.held)
 }
 

@@ -281,17 +281,31 @@ impl Backend for NativeBackend {
         Ok(Box::new(StreamSession::open(connector, ttl).await?))
     }
 
+    /// One lock, or every lock the server lets this client observe: the server answers a
+    /// listing page by page, and this follows the pages to the end.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let mut client = LocksmithClient::new(self.inner.channel());
-        let req = StatusRequest { name: name.map(|n| n.as_str().to_string()).unwrap_or_default() };
-        let resp = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(self.inner.request(req))).await {
-            Err(_) => return Err(self.unavailable("no answer")),
-            Ok(Ok(resp)) => resp,
-            Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
-                return Err(Error::InvalidArgument(s.message().to_string()))
+        let mut all = Vec::new();
+        let mut after = String::new();
+        loop {
+            let req = StatusRequest {
+                name: name.map(|n| n.as_str().to_string()).unwrap_or_default(),
+                after: std::mem::take(&mut after),
+                limit: 0,
+            };
+            let resp = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(self.inner.request(req))).await {
+                Err(_) => return Err(self.unavailable("no answer")),
+                Ok(Ok(resp)) => resp.into_inner(),
+                Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
+                    return Err(Error::InvalidArgument(s.message().to_string()))
+                }
+                Ok(Err(s)) => return Err(self.inner.transport_error(&s).await),
+            };
+            all.extend(resp.locks.into_iter().map(crate::convert::from_wire));
+            if resp.next.is_empty() || name.is_some() {
+                return Ok(all);
             }
-            Ok(Err(s)) => return Err(self.inner.transport_error(&s).await),
-        };
-        Ok(resp.into_inner().locks.into_iter().map(crate::convert::from_wire).collect())
+            after = resp.next;
+        }
     }
 }

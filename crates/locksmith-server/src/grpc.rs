@@ -10,7 +10,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, Principal};
 use crate::connection::serve_stream_as;
-use crate::pb_impl;
+use crate::pb_impl::{self, StatusQuery};
 use crate::service::Service;
 
 /// The tonic service.
@@ -79,24 +79,19 @@ impl Locksmith for Grpc {
     /// Cancel safe: read only.
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let principal = self.principal(&request)?;
-        let name = pb_impl::status_name(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
-        if let (Some(p), Some(n)) = (&principal, &name) {
+        let query = pb_impl::status_query(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if let (Some(p), StatusQuery::One(n)) = (&principal, &query) {
             if !p.may_observe(n.as_str()) {
                 return Err(Status::permission_denied(format!("{} may not observe {:?}", p.name, n.as_str())));
             }
         }
-        // The client's error text, as before there was a server error type.
-        let views = self
-            .service
-            .status(name)
-            .await
-            .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
         // A principal sees only what it may observe.
-        let locks = views
-            .into_iter()
-            .filter(|v| principal.as_ref().is_none_or(|p| p.may_observe(&v.name)))
-            .map(Into::into)
-            .collect();
-        Ok(Response::new(StatusResponse { locks }))
+        let page = self
+            .service
+            .status_page(query, principal)
+            .await
+            // The client's error text, as before there was a server error type.
+            .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
+        Ok(Response::new(page.into()))
     }
 }

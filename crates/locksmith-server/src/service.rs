@@ -13,11 +13,13 @@ use std::time::{Duration, Instant};
 use locksmith_proto::ServerMessage;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::auth::Principal;
 use crate::error::ServerError;
 use crate::machine::{
     Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
+    StatusPage,
 };
-use crate::pb_impl::{self, Invalid, Open, Reply, Request};
+use crate::pb_impl::{self, Invalid, Open, Reply, Request, StatusQuery};
 use crate::sink::Sink;
 
 /// Where a session's outgoing messages go (its stream).
@@ -45,8 +47,10 @@ pub(crate) enum Command {
         conn: u64,
     },
     Status {
-        name: Option<LockName>,
-        reply: oneshot::Sender<Vec<LockView>>,
+        query: StatusQuery,
+        /// Only locks it may observe (with an auth policy).
+        principal: Option<Principal>,
+        reply: oneshot::Sender<StatusPage>,
     },
 }
 
@@ -121,7 +125,8 @@ impl Service {
         self.tx.send(cmd).is_ok()
     }
 
-    /// Introspection: one lock or all.
+    /// Introspection: one lock, or (`None`) every lock, fetched page by page so the service
+    /// serves other requests between pages.
     ///
     /// # Cancel safety
     /// Cancel safe: read only.
@@ -129,8 +134,37 @@ impl Service {
     /// # Errors
     /// [`ServerError::Stopped`]: the service has stopped.
     pub async fn status(&self, name: Option<LockName>) -> Result<Vec<LockView>, ServerError> {
+        if let Some(name) = name {
+            return Ok(self.status_page(StatusQuery::One(name), None).await?.locks);
+        }
+        let mut all = Vec::new();
+        let mut after = None;
+        loop {
+            let query = StatusQuery::Page { after, limit: pb_impl::MAX_STATUS_PAGE };
+            let page = self.status_page(query, None).await?;
+            all.extend(page.locks);
+            match page.next {
+                Some(next) => after = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// Introspection: one lock or one page of locks (see [`Machine::status_page`]), of those
+    /// `principal` may observe when it is `Some`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    ///
+    /// # Errors
+    /// [`ServerError::Stopped`]: the service has stopped.
+    pub async fn status_page(
+        &self,
+        query: StatusQuery,
+        principal: Option<Principal>,
+    ) -> Result<StatusPage, ServerError> {
         let (reply, rx) = oneshot::channel();
-        if !self.send(Command::Status { name, reply }) {
+        if !self.send(Command::Status { query, principal, reply }) {
             return Err(ServerError::Stopped);
         }
         rx.await.map_err(|_| ServerError::Stopped)
@@ -258,10 +292,20 @@ impl Actor {
                     self.conns.remove(&session);
                 }
             }
-            Command::Status { name, reply } => {
+            Command::Status { query, principal, reply } => {
                 self.machine.tick(t);
                 self.collect();
-                let _ = reply.send(self.machine.status(t, name.as_ref().map(LockName::as_str)));
+                let visible = |name: &str| principal.as_ref().is_none_or(|p| p.may_observe(name));
+                let page = match query {
+                    StatusQuery::One(name) => {
+                        let locks = self.machine.status(t, Some(name.as_str()));
+                        StatusPage { locks: locks.into_iter().filter(|v| visible(&v.name)).collect(), next: None }
+                    }
+                    StatusQuery::Page { after, limit } => {
+                        self.machine.status_page(t, after.as_deref(), limit, &visible)
+                    }
+                };
+                let _ = reply.send(page);
             }
             Command::Request { session, conn, id, request } => {
                 if self.conns.get(&session).is_none_or(|(c, _)| *c != conn) {

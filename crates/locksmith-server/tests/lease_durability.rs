@@ -22,6 +22,7 @@ fn limits() -> Limits {
         max_owner_len: 128,
         max_waiters_per_lock: 100,
         max_sessions: 100,
+        max_entries_per_session: 1_000,
     }
 }
 
@@ -85,10 +86,12 @@ fn grants_emit_no_records_but_one_synced_reservation_per_block() {
     assert_eq!(
         log,
         vec![
+            Record::Floor { upto: FLOOR_BLOCK },
             Record::Reserve { name: "a".into(), upto: RESERVE_BLOCK },
+            Record::Floor { upto: FLOOR_BLOCK + RESERVE_BLOCK },
             Record::Reserve { name: "a".into(), upto: 2 * RESERVE_BLOCK },
         ],
-        "only reservations are logged: no grants, releases or sessions"
+        "only reservations and the token floor are logged: no grants, releases or sessions"
     );
     assert!(log.iter().all(Record::needs_sync), "a reservation is synced before its first token is seen");
 }
@@ -138,7 +141,8 @@ fn after_a_restart_a_granted_lock_stays_unavailable_for_the_longest_ttl_and_then
     let n = open(&mut m, t1, 5000);
     assert_eq!(try_acq(&mut m, t1, n, "a"), AcquireOutcome::Busy);
     assert_eq!(try_acq(&mut m, t1 + ms(1999), n, "a"), AcquireOutcome::Busy, "the old holder may still act");
-    assert_eq!(try_acq(&mut m, t1 + ms(1999), n, "never-granted"), AcquireOutcome::Granted(1));
+    // A lock never granted is free at once; its tokens start above the floor, like every lock's.
+    assert_eq!(try_acq(&mut m, t1 + ms(1999), n, "never-granted"), AcquireOutcome::Granted(FLOOR_BLOCK + 1));
     assert_eq!(
         m.acquire(t1 + ms(1999), Acquire { wait: true, ..cmd(n, 7, "a", "o") }).unwrap(),
         AcquireOutcome::Queued

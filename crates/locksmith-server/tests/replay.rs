@@ -22,6 +22,7 @@ fn limits() -> Limits {
         max_owner_len: 128,
         max_waiters_per_lock: 100,
         max_sessions: 100,
+        max_entries_per_session: 1_000,
     }
 }
 
@@ -43,11 +44,13 @@ struct State {
     sessions: BTreeSet<(SessionId, Duration)>,
     holders: BTreeSet<(String, SessionId, String, u64, Duration)>,
     counters: BTreeMap<String, u64>,
+    /// The server-wide token floor.
+    floor: u64,
 }
 
 /// The state of `m`, read from its snapshot and cross-checked against its status.
 fn state(m: &Machine, now: Instant) -> State {
-    let mut s = State { sessions: BTreeSet::new(), holders: BTreeSet::new(), counters: BTreeMap::new() };
+    let mut s = State { sessions: BTreeSet::new(), holders: BTreeSet::new(), counters: BTreeMap::new(), floor: 0 };
     for r in m.snapshot(now) {
         match r {
             Record::Boot { .. } => {}
@@ -57,6 +60,7 @@ fn state(m: &Machine, now: Instant) -> State {
                 s.holders.insert((name, session, owner, token, lock_delay));
             }
             Record::Counter { name, token, .. } => assert!(s.counters.insert(name, token).is_none()),
+            Record::Floor { upto } => s.floor = upto,
             other => panic!("unexpected snapshot record {other:?}"),
         }
     }
@@ -187,15 +191,17 @@ fn a_restored_machine_keeps_writing_a_log_that_replays_to_its_state() {
     // b re-sends its wait after resuming, as clients do; a closes and b is handed the lock.
     assert_eq!(r.acquire(at(101), acquire(b, 2, "x", "o", true, Duration::ZERO)), Ok(AcquireOutcome::Queued));
     r.close(at(102), a);
-    assert_eq!(r.take_effects(), vec![Effect::Granted { session: b, request: 2, token: 2 }]);
+    // Tokens after a restart continue above the floor the previous run reserved.
+    let next = FLOOR_BLOCK + 1;
+    assert_eq!(r.take_effects(), vec![Effect::Granted { session: b, request: 2, token: next }]);
     let c = r.open(at(103), ms(2_000), None, SECRET).unwrap().0;
-    assert_eq!(r.acquire(at(104), acquire(c, 3, "y", "p", false, ms(50))), Ok(AcquireOutcome::Granted(1)));
+    assert_eq!(r.acquire(at(104), acquire(c, 3, "y", "p", false, ms(50))), Ok(AcquireOutcome::Granted(next)));
     log2.extend(r.take_records());
 
     let again = Machine::restore(limits(), log2, at(105));
     let s = state(&again, at(105));
     assert_eq!(s, state(&r, at(105)));
     assert_eq!(s.sessions.len(), 2);
-    assert!(s.holders.contains(&("x".to_string(), b, "o".to_string(), 2, Duration::ZERO)));
-    assert!(s.holders.contains(&("y".to_string(), c, "p".to_string(), 1, ms(50))));
+    assert!(s.holders.contains(&("x".to_string(), b, "o".to_string(), next, Duration::ZERO)));
+    assert!(s.holders.contains(&("y".to_string(), c, "p".to_string(), next, ms(50))));
 }

@@ -37,87 +37,97 @@ impl Machine {
                 self.deadlines.insert((deadline, *id));
             }
             Record::Grant { name, session, owner, token, lock_delay } => {
-                let lock = match self.locks.get_mut(name) {
-                    Some(lock) => lock,
-                    None => self.locks.entry(name.clone()).or_default(),
-                };
+                let lock = lock_entry(&mut self.locks, name);
                 lock.counter = lock.counter.max(*token);
                 // A lock is granted only once its lock-delay is over.
                 set_delay(&mut self.delays, lock, name, None);
-                let Some(s) = self.sessions.get_mut(session) else { return };
-                s.holds.insert(name.clone());
+                let Some(s) = self.sessions.get_mut(session) else {
+                    lock.settle();
+                    return;
+                };
+                s.holds.insert(name.as_str().into());
                 let holder = Holder { session: *session, owner: owner.clone(), token: *token, lock_delay: *lock_delay };
-                if let Some(old) = lock.holder.replace(holder) {
+                if let Some(old) = lock.busy_mut().holder.replace(holder) {
                     // Not on the live path (a hold is released before it is granted again).
                     if old.session != *session {
                         if let Some(s) = self.sessions.get_mut(&old.session) {
-                            s.holds.remove(name);
+                            s.holds.remove(name.as_str());
                         }
                     }
                 }
             }
             Record::Release { name, token, delay } => {
-                let lock = match self.locks.get_mut(name) {
-                    Some(lock) => lock,
-                    None => self.locks.entry(name.clone()).or_default(),
-                };
+                let lock = lock_entry(&mut self.locks, name);
                 lock.counter = lock.counter.max(*token);
-                let Some(h) = lock.holder.take_if(|h| h.token == *token) else { return };
-                if let Some(s) = self.sessions.get_mut(&h.session) {
-                    s.holds.remove(name);
+                let held = lock.busy.as_mut().and_then(|b| b.holder.take_if(|h| h.token == *token));
+                if let Some(h) = held {
+                    if let Some(s) = self.sessions.get_mut(&h.session) {
+                        s.holds.remove(name.as_str());
+                    }
+                    if !delay.is_zero() {
+                        set_delay(&mut self.delays, lock, name, Some(now + *delay));
+                    }
                 }
-                if !delay.is_zero() {
-                    set_delay(&mut self.delays, lock, name, Some(now + *delay));
-                }
+                lock.settle();
             }
             Record::SessionEnd { id } => {
                 let Some(s) = self.sessions.remove(id) else { return };
                 self.deadlines.remove(&(s.deadline, *id));
-                for (request, name) in s.waits {
-                    self.drop_waiter(*id, request, &name);
+                for wait in s.waits.values() {
+                    self.drop_waiter(wait);
                 }
                 // Holds the log did not release one by one (the live path releases each first,
                 // so this finds none there).
                 for name in s.holds {
                     if let Some(lock) = self.locks.get_mut(&name) {
-                        lock.holder.take_if(|h| h.session == *id);
+                        if let Some(busy) = lock.busy.as_mut() {
+                            busy.holder.take_if(|h| h.session == *id);
+                        }
+                        lock.settle();
                     }
                 }
             }
             Record::Counter { name, token, delay } => {
-                let lock = match self.locks.get_mut(name) {
-                    Some(lock) => lock,
-                    None => self.locks.entry(name.clone()).or_default(),
-                };
+                let lock = lock_entry(&mut self.locks, name);
                 lock.counter = lock.counter.max(*token);
                 if !delay.is_zero() {
                     set_delay(&mut self.delays, lock, name, Some(now + *delay));
                 }
             }
             Record::Reserve { name, upto } => {
-                let lock = match self.locks.get_mut(name) {
-                    Some(lock) => lock,
-                    None => self.locks.entry(name.clone()).or_default(),
-                };
+                let lock = lock_entry(&mut self.locks, name);
                 lock.reserved = lock.reserved.max(*upto);
             }
             Record::Horizon { ttl, lock_delay } => {
                 self.horizon = (self.horizon.0.max(*ttl), self.horizon.1.max(*lock_delay));
             }
+            Record::Floor { upto } => self.floor = self.floor.max(*upto),
         }
     }
 }
 
+/// The lock `name`, created (never granted, counters at zero) if the machine does not know it.
+fn lock_entry<'a>(locks: &'a mut std::collections::BTreeMap<Box<str>, Lock>, name: &str) -> &'a mut Lock {
+    locks.entry(name.into()).or_default()
+}
+
 /// Sets (or ends) the lock-delay of the lock `name`, keeping the index in step.
-pub(super) fn set_delay(delays: &mut BTreeSet<(Instant, String)>, lock: &mut Lock, name: &str, until: Option<Instant>) {
-    if lock.delay_until == until {
+pub(super) fn set_delay(
+    delays: &mut BTreeSet<(Instant, Box<str>)>,
+    lock: &mut Lock,
+    name: &str,
+    until: Option<Instant>,
+) {
+    if lock.delay_until() == until {
         return;
     }
-    if let Some(old) = lock.delay_until.take() {
-        delays.remove(&(old, name.to_owned()));
+    let busy = lock.busy_mut();
+    if let Some(old) = busy.delay_until.take() {
+        delays.remove(&(old, name.into()));
     }
     if let Some(t) = until {
-        delays.insert((t, name.to_owned()));
+        delays.insert((t, name.into()));
     }
-    lock.delay_until = until;
+    busy.delay_until = until;
+    lock.settle();
 }

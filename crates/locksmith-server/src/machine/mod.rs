@@ -17,8 +17,19 @@
 //! Invariants kept by every method:
 //! - a lock with no holder and no running lock-delay has no waiters (a free lock is granted to
 //!   the head of the queue at once);
-//! - a token is `counter + 1` and the counter only grows, also across [`Machine::restore`];
-//! - every hold and every waiter belongs to a live session.
+//! - a token is `max(counter, base) + 1` and the counter only grows, also across
+//!   [`Machine::restore`]; `base` is the token floor of this boot (every token any earlier boot
+//!   may have issued is at or below it, see [`Record::Floor`]);
+//! - every hold and every waiter belongs to a live session;
+//! - no command costs more than O(log n) in the number of locks, sessions or waiters, except
+//!   ending a session, which costs O(log n) per hold and wait of that session only.
+//!
+//! # Memory
+//! Every lock ever granted is remembered for its fencing counter, so the map of locks only
+//! grows: a lock nobody holds, waits for or is delayed on is a name and two counters (about 100
+//! bytes at a million locks, measured in docs/benchmarks.md); what a busy lock needs more (holder,
+//! queue, lock-delay) lives in a separate allocation only while it is busy. The map is ordered,
+//! so listing locks is paged by name ([`Machine::status_page`]).
 //!
 //! Two [`Durability`] modes decide what must be on disk before a client hears of a grant:
 //! every grant (`Grants`: after a restart sessions and holds are restored and get a grace
@@ -29,7 +40,8 @@
 //! Files: `command.rs` (typed inputs), `record.rs` (the log's vocabulary), `apply.rs` (the one
 //! implementation of recorded changes), `restore.rs` (replay, the restart policy, snapshots).
 
-use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
 use std::time::{Duration, Instant};
 
 mod apply;
@@ -69,6 +81,9 @@ pub struct Limits {
     pub max_waiters_per_lock: usize,
     /// Live sessions on the server.
     pub max_sessions: usize,
+    /// Holds plus queued acquires of one session: one client cannot fill the server's memory
+    /// through a single session.
+    pub max_entries_per_session: usize,
 }
 
 impl Default for Limits {
@@ -82,6 +97,7 @@ impl Default for Limits {
             max_owner_len: locksmith_core::MAX_OWNER_LEN,
             max_waiters_per_lock: 100_000,
             max_sessions: 100_000,
+            max_entries_per_session: 10_000,
         }
     }
 }
@@ -89,6 +105,21 @@ impl Default for Limits {
 /// Tokens reserved per [`Record::Reserve`] in [`Durability::Leases`]: one synced record per
 /// this many grants of a lock; a restart skips what was left of the block.
 pub const RESERVE_BLOCK: u64 = 1024;
+
+/// How far ahead of the highest token issued the server-wide token floor ([`Record::Floor`]) is
+/// reserved: one synced floor record per this many tokens of the busiest lock.
+pub const FLOOR_BLOCK: u64 = 1024;
+
+/// Most locks [`Machine::status_page`] looks at in one call, whatever it returns: a page of a
+/// principal that may observe few of many locks stays cheap for the task that serves them all.
+pub const STATUS_SCAN: usize = 10_000;
+
+/// How long a restored session that holds nothing gets to resume, at most (it keeps its TTL
+/// when that is shorter). Sessions with holds get a full TTL: their clients may trust their
+/// holds that long. A session without holds has no guard to protect, and a client whose session
+/// expired opens a new one, so a table filled with idle long-TTL sessions does not outlive a
+/// restart by an hour.
+pub const RESTORED_IDLE_GRACE: Duration = Duration::from_secs(10);
 
 /// What must be durable before a client hears of a grant.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -161,9 +192,16 @@ struct Session {
     /// secrets existed (it cannot be resumed).
     secret: Option<SecretDigest>,
     deadline: Instant,
-    holds: HashSet<String>,
-    /// Queued acquires: request id → lock name.
-    waits: HashMap<u64, String>,
+    holds: HashSet<Box<str>>,
+    /// Queued acquires: request id → where the waiter stands.
+    waits: HashMap<u64, Wait>,
+}
+
+/// Where a session's queued acquire stands: its lock and its key in that lock's queue.
+#[derive(Debug)]
+struct Wait {
+    name: Box<str>,
+    seq: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -182,15 +220,55 @@ struct Waiter {
     lock_delay: Duration,
 }
 
+/// A lock the machine knows. Its counters are kept forever; the rest only while it is busy.
 #[derive(Debug, Default)]
 struct Lock {
-    holder: Option<Holder>,
-    waiters: VecDeque<Waiter>,
-    delay_until: Option<Instant>,
     /// Last token issued; never decreases, never forgotten.
     counter: u64,
     /// [`Durability::Leases`]: highest token covered by a [`Record::Reserve`].
     reserved: u64,
+    /// Holder, queue and lock-delay; `None` while there are none (most locks, most of the time).
+    busy: Option<Box<Busy>>,
+}
+
+/// What a lock has going on.
+#[derive(Debug, Default)]
+struct Busy {
+    holder: Option<Holder>,
+    /// Queued acquires in arrival order, keyed by a machine-wide sequence number: the head is
+    /// the first key, and a waiter is removed by its key (cancel, session end) in O(log n).
+    waiters: BTreeMap<u64, Waiter>,
+    delay_until: Option<Instant>,
+}
+
+impl Lock {
+    fn holder(&self) -> Option<&Holder> {
+        self.busy.as_ref().and_then(|b| b.holder.as_ref())
+    }
+
+    fn waiters(&self) -> usize {
+        self.busy.as_ref().map_or(0, |b| b.waiters.len())
+    }
+
+    fn delay_until(&self) -> Option<Instant> {
+        self.busy.as_ref().and_then(|b| b.delay_until)
+    }
+
+    /// Free now: no holder, nobody queued, no lock-delay.
+    fn is_free(&self) -> bool {
+        self.busy.as_ref().is_none_or(|b| b.holder.is_none() && b.waiters.is_empty() && b.delay_until.is_none())
+    }
+
+    fn busy_mut(&mut self) -> &mut Busy {
+        self.busy.get_or_insert_with(Default::default)
+    }
+
+    /// Drops the busy part once nothing is going on.
+    fn settle(&mut self) {
+        if self.is_free() {
+            self.busy = None;
+        }
+    }
 }
 
 /// A lock's state for introspection.
@@ -209,6 +287,16 @@ pub struct LockView {
     pub delay_left: Option<Duration>,
 }
 
+/// One page of [`Machine::status_page`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StatusPage {
+    /// The locks of this page, in name order.
+    pub locks: Vec<LockView>,
+    /// Where the next page starts (exclusive): `None` when this is the last page.
+    pub next: Option<String>,
+}
+
 /// The state machine.
 #[derive(Debug)]
 pub struct Machine {
@@ -224,9 +312,16 @@ pub struct Machine {
     sessions: HashMap<SessionId, Session>,
     /// Expiry index: (deadline, session).
     deadlines: BTreeSet<(Instant, SessionId)>,
-    locks: HashMap<String, Lock>,
+    locks: BTreeMap<Box<str>, Lock>,
     /// Lock-delay index: (until, name).
-    delays: BTreeSet<(Instant, String)>,
+    delays: BTreeSet<(Instant, Box<str>)>,
+    /// Queue keys: each queued acquire gets the next one, so a queue's order is its key order.
+    next_seq: u64,
+    /// Highest token any lock may have issued: a [`Record::Floor`] is durable before a token
+    /// above it is handed out.
+    floor: u64,
+    /// This boot's token base: tokens start above it on every lock (the floor at boot).
+    base: u64,
     records: Vec<Record>,
     effects: Vec<Effect>,
 }
@@ -243,8 +338,11 @@ impl Machine {
             next_session: 1,
             sessions: HashMap::new(),
             deadlines: BTreeSet::new(),
-            locks: HashMap::new(),
+            locks: BTreeMap::new(),
             delays: BTreeSet::new(),
+            next_seq: 0,
+            floor: 0,
+            base: 0,
             records: Vec::new(),
             effects: Vec::new(),
         }
@@ -253,6 +351,22 @@ impl Machine {
     /// This boot's epoch.
     pub fn epoch(&self) -> u64 {
         self.epoch
+    }
+
+    /// The server-wide token floor: no lock has issued (or will issue before a new
+    /// [`Record::Floor`]) a token above it.
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    /// Locks known (each remembered for its fencing counter).
+    pub fn lock_count(&self) -> usize {
+        self.locks.len()
+    }
+
+    /// Live sessions.
+    pub fn session_count(&self) -> usize {
+        self.sessions.len()
     }
 
     /// Takes the records emitted since the last call, in order.
@@ -308,7 +422,7 @@ impl Machine {
             )));
         }
         if self.sessions.len() >= self.limits.max_sessions {
-            return Err(Refusal::Limit(format!("{} sessions", self.limits.max_sessions)));
+            return Err(Refusal::Limit(format!("{} sessions on the server", self.limits.max_sessions)));
         }
         let id = (self.epoch << 32) | (self.next_session & 0xffff_ffff);
         self.next_session += 1;
@@ -336,13 +450,16 @@ impl Machine {
     /// free (or already ours), otherwise busy, or queued as `cmd.request` if `cmd.wait`.
     ///
     /// # Errors
-    /// Expired session, a lock-delay or owner id above the limits, or a full queue.
+    /// Expired session, a lock-delay or owner id above the limits, a full queue, or a session
+    /// with too many holds and waits.
     pub fn acquire(&mut self, now: Instant, cmd: Acquire) -> Result<AcquireOutcome, Refusal> {
         self.expire_due(now);
         let Acquire { session, request, name, owner, wait, lock_delay } = cmd;
-        if !self.sessions.contains_key(&session) {
+        let Some(s) = self.sessions.get(&session) else {
             return Err(Refusal::SessionExpired);
-        }
+        };
+        let entries = s.holds.len() + s.waits.len();
+        let queued_here = s.waits.get(&request).map(|w| &*w.name == name.as_str());
         if lock_delay > self.limits.max_lock_delay {
             return Err(Refusal::Invalid(format!("lock delay {lock_delay:?} above {:?}", self.limits.max_lock_delay)));
         }
@@ -353,43 +470,52 @@ impl Machine {
                 self.limits.max_owner_len
             )));
         }
-        if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
-            self.emit(now, Record::Horizon { ttl: self.horizon.0, lock_delay });
-        }
         let name = name.as_str();
-        let max_waiters = self.limits.max_waiters_per_lock;
-        let Some(lock) = self.locks.get_mut(name) else {
-            // Never granted (or forgotten while idle): free.
-            let token = self.grant(now, name, (0, 0), session, owner.into_string(), lock_delay);
-            return Ok(AcquireOutcome::Granted(token));
-        };
-        if let Some(h) = &lock.holder {
+        let lock = self.locks.get(name);
+        if let Some(h) = lock.and_then(Lock::holder) {
             if h.session == session && h.owner == owner.as_str() {
                 // Idempotent: a retried or resumed acquire of our own hold.
                 return Ok(AcquireOutcome::Granted(h.token));
             }
         }
-        if lock.holder.is_none() && lock.waiters.is_empty() && lock.delay_until.is_none() {
-            let last = (lock.counter, lock.reserved);
-            let token = self.grant(now, name, last, session, owner.into_string(), lock_delay);
-            return Ok(AcquireOutcome::Granted(token));
-        }
-        if !wait {
+        let free = lock.is_none_or(Lock::is_free);
+        if !free && !wait {
             return Ok(AcquireOutcome::Busy);
         }
-        if lock.waiters.iter().any(|w| w.session == session && w.request == request) {
-            return Ok(AcquireOutcome::Queued);
+        if !free {
+            match queued_here {
+                // A retried acquire that is queued already.
+                Some(true) => return Ok(AcquireOutcome::Queued),
+                // `waits` and `cancel` know a queued acquire by (session, request) alone.
+                Some(false) => {
+                    return Err(Refusal::Invalid(format!("request {request} is already queued on another lock")))
+                }
+                None => {}
+            }
         }
-        if self.sessions.get(&session).is_some_and(|s| s.waits.contains_key(&request)) {
-            // `waits` and `cancel` know a queued acquire by (session, request) alone.
-            return Err(Refusal::Invalid(format!("request {request} is already queued on another lock")));
+        let max = self.limits.max_entries_per_session;
+        if entries >= max {
+            return Err(Refusal::Limit(format!("{max} locks held and waited for by one session")));
         }
-        if lock.waiters.len() >= max_waiters {
-            return Err(Refusal::Limit(format!("{max_waiters} waiters on lock {name:?}")));
+        let waiting = lock.map_or(0, Lock::waiters);
+        if !free && waiting >= self.limits.max_waiters_per_lock {
+            return Err(Refusal::Limit(format!("{} waiters on lock {name:?}", self.limits.max_waiters_per_lock)));
         }
-        lock.waiters.push_back(Waiter { session, request, owner: owner.into_string(), lock_delay });
+        if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
+            self.emit(now, Record::Horizon { ttl: self.horizon.0, lock_delay });
+        }
+        if free {
+            let token = self.grant(now, name, session, owner.into_string(), lock_delay);
+            return Ok(AcquireOutcome::Granted(token));
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let waiter = Waiter { session, request, owner: owner.into_string(), lock_delay };
+        if let Some(lock) = self.locks.get_mut(name) {
+            lock.busy_mut().waiters.insert(seq, waiter);
+        }
         if let Some(s) = self.sessions.get_mut(&session) {
-            s.waits.insert(request, name.to_owned());
+            s.waits.insert(request, Wait { name: name.into(), seq });
         }
         Ok(AcquireOutcome::Queued)
     }
@@ -399,10 +525,10 @@ impl Machine {
     pub fn release(&mut self, now: Instant, cmd: Release) -> bool {
         self.expire_due(now);
         let name = cmd.name.as_str();
-        let Some(lock) = self.locks.get(name) else { return false };
-        let ours = lock
-            .holder
-            .as_ref()
+        let ours = self
+            .locks
+            .get(name)
+            .and_then(Lock::holder)
             .is_some_and(|h| h.session == cmd.session && h.owner == cmd.owner.as_str() && h.token == cmd.token);
         if !ours {
             return false;
@@ -416,10 +542,10 @@ impl Machine {
     /// or never existed).
     pub fn cancel(&mut self, now: Instant, session: SessionId, request: u64) -> bool {
         self.expire_due(now);
-        let Some(name) = self.sessions.get_mut(&session).and_then(|s| s.waits.remove(&request)) else {
+        let Some(wait) = self.sessions.get_mut(&session).and_then(|s| s.waits.remove(&request)) else {
             return false;
         };
-        self.drop_waiter(session, request, &name);
+        self.drop_waiter(&wait);
         true
     }
 
@@ -435,11 +561,45 @@ impl Machine {
         self.expire_due(now);
     }
 
-    /// Introspection: one lock, or all known locks.
+    /// Introspection: one lock, or (`None`) every known lock in name order. Listing every lock
+    /// costs O(n); a server answers listings with [`Machine::status_page`].
     pub fn status(&self, now: Instant, name: Option<&str>) -> Vec<LockView> {
-        let view = |name: &String, lock: &Lock| LockView {
-            name: name.clone(),
-            holder: lock.holder.as_ref().map(|h| {
+        match name {
+            Some(n) => self.locks.get_key_value(n).map(|(k, l)| self.view(now, k, l)).into_iter().collect(),
+            None => self.locks.iter().map(|(k, l)| self.view(now, k, l)).collect(),
+        }
+    }
+
+    /// Introspection by pages: up to `limit` locks whose names come after `after` (from the
+    /// first lock when `None`) and pass `visible`, in name order. Looks at no more than
+    /// [`STATUS_SCAN`] locks, so a page may hold fewer than `limit` locks and still have a next
+    /// one: O(log n + limit + [`STATUS_SCAN`]) whatever the number of locks.
+    pub fn status_page(
+        &self,
+        now: Instant,
+        after: Option<&str>,
+        limit: usize,
+        visible: &dyn Fn(&str) -> bool,
+    ) -> StatusPage {
+        let from = after.map_or(Bound::Unbounded, Bound::Excluded);
+        let mut entries = self.locks.range::<str, _>((from, Bound::Unbounded)).peekable();
+        let (mut locks, mut scanned) = (Vec::new(), 0);
+        while let Some((name, lock)) = entries.next() {
+            scanned += 1;
+            if visible(name) {
+                locks.push(self.view(now, name, lock));
+            }
+            if (locks.len() >= limit.max(1) || scanned >= STATUS_SCAN) && entries.peek().is_some() {
+                return StatusPage { locks, next: Some(name.to_string()) };
+            }
+        }
+        StatusPage { locks, next: None }
+    }
+
+    fn view(&self, now: Instant, name: &str, lock: &Lock) -> LockView {
+        LockView {
+            name: name.to_string(),
+            holder: lock.holder().map(|h| {
                 let left = self
                     .sessions
                     .get(&h.session)
@@ -447,17 +607,9 @@ impl Machine {
                     .unwrap_or_default();
                 (h.session, h.owner.clone(), h.token, left)
             }),
-            waiters: lock.waiters.len() as u64,
+            waiters: lock.waiters() as u64,
             last_token: lock.counter,
-            delay_left: lock.delay_until.map(|t| t.saturating_duration_since(now)),
-        };
-        match name {
-            Some(n) => self.locks.get_key_value(n).map(|(k, l)| view(k, l)).into_iter().collect(),
-            None => {
-                let mut all: Vec<_> = self.locks.iter().map(|(k, l)| view(k, l)).collect();
-                all.sort_by(|a, b| a.name.cmp(&b.name));
-                all
-            }
+            delay_left: lock.delay_until().map(|t| t.saturating_duration_since(now)),
         }
     }
 
@@ -476,19 +628,14 @@ impl Machine {
     }
 
     /// Grants a free `name` to `(session, owner)` with the next token; returns the token.
-    /// `last` is the lock's `(counter, reserved)` (zeros for a lock never granted), passed by
-    /// the caller that has just looked the lock up.
-    fn grant(
-        &mut self,
-        now: Instant,
-        name: &str,
-        last: (u64, u64),
-        session: SessionId,
-        owner: String,
-        lock_delay: Duration,
-    ) -> u64 {
-        let (counter, reserved) = last;
-        let token = counter + 1;
+    fn grant(&mut self, now: Instant, name: &str, session: SessionId, owner: String, lock_delay: Duration) -> u64 {
+        let (counter, reserved) = self.locks.get(name).map_or((0, 0), |l| (l.counter, l.reserved));
+        let token = counter.max(self.base) + 1;
+        if token > self.floor {
+            // Durable before the grant is answered: a restart, whatever happened to the log,
+            // starts every lock above it.
+            self.emit(now, Record::Floor { upto: token + FLOOR_BLOCK - 1 });
+        }
         if self.durability == Durability::Leases && token > reserved {
             // Synced before the grant is answered: a restart continues above the block.
             self.emit(now, Record::Reserve { name: name.to_owned(), upto: token + RESERVE_BLOCK - 1 });
@@ -500,18 +647,18 @@ impl Machine {
     /// Hands a free lock to the head of its queue.
     fn grant_next(&mut self, now: Instant, name: &str) {
         let Some(lock) = self.locks.get_mut(name) else { return };
-        if lock.holder.is_some() || lock.delay_until.is_some_and(|t| t > now) {
+        let Some(busy) = lock.busy.as_mut() else { return };
+        if busy.holder.is_some() || busy.delay_until.is_some_and(|t| t > now) {
             return;
         }
-        let Some(w) = lock.waiters.pop_front() else {
-            self.forget_if_idle(name);
+        let Some((_, w)) = busy.waiters.pop_first() else {
+            lock.settle();
             return;
         };
-        let last = (lock.counter, lock.reserved);
         if let Some(s) = self.sessions.get_mut(&w.session) {
             s.waits.remove(&w.request);
         }
-        let token = self.grant(now, name, last, w.session, w.owner, w.lock_delay);
+        let token = self.grant(now, name, w.session, w.owner, w.lock_delay);
         self.effects.push(Effect::Granted { session: w.session, request: w.request, token });
     }
 
@@ -526,14 +673,11 @@ impl Machine {
             self.end_session(now, id, true);
             self.effects.push(Effect::Expired { session: id });
         }
-        while let Some((until, name)) = self.delays.first().cloned() {
-            if until > now {
-                break;
-            }
-            self.delays.remove(&(until, name.clone()));
-            if let Some(lock) = self.locks.get_mut(&name) {
-                if lock.delay_until == Some(until) {
-                    lock.delay_until = None;
+        while self.delays.first().is_some_and(|(until, _)| *until <= now) {
+            let Some((until, name)) = self.delays.pop_first() else { break };
+            if let Some(busy) = self.locks.get_mut(&name).and_then(|l| l.busy.as_mut()) {
+                if busy.delay_until == Some(until) {
+                    busy.delay_until = None;
                 }
             }
             self.grant_next(now, &name);
@@ -541,42 +685,40 @@ impl Machine {
     }
 
     /// Ends a session: drops its waiters, releases each hold (starting its lock-delay if it
-    /// `expired`) and hands it on, then records the end.
+    /// `expired`) and hands it on, then records the end. Costs O(log n) per hold and wait of
+    /// this session, whatever the length of the queues it stands in.
     fn end_session(&mut self, now: Instant, id: SessionId, expired: bool) {
         let Some(s) = self.sessions.get_mut(&id) else { return };
         let waits = std::mem::take(&mut s.waits);
         let holds = std::mem::take(&mut s.holds);
         // Waiters first: the hand-offs below must not go to this session.
-        for (request, name) in waits {
-            self.drop_waiter(id, request, &name);
+        for wait in waits.values() {
+            self.drop_waiter(wait);
         }
         for name in holds {
-            let Some(h) = self.locks.get(&name).and_then(|l| l.holder.as_ref()).filter(|h| h.session == id) else {
+            let Some(h) = self.locks.get(&name).and_then(Lock::holder).filter(|h| h.session == id) else {
                 continue;
             };
             let delay = if expired { h.lock_delay } else { Duration::ZERO };
             let token = h.token;
-            self.emit(now, Record::Release { name: name.clone(), token, delay });
+            self.emit(now, Record::Release { name: name.to_string(), token, delay });
             self.grant_next(now, &name);
         }
         // Also drops the deadline (for an expiry, the one that ended it).
         self.emit(now, Record::SessionEnd { id });
     }
 
-    /// Removes the queued acquire `(session, request)` from `name`'s queue.
-    fn drop_waiter(&mut self, session: SessionId, request: u64, name: &str) {
-        if let Some(lock) = self.locks.get_mut(name) {
-            lock.waiters.retain(|w| !(w.session == session && w.request == request));
-        }
-        self.forget_if_idle(name);
-    }
-
-    /// Keeps the map small: a lock with nothing going on is forgotten unless its counter must be
-    /// remembered (it always must once a token was issued, so only never-granted entries go).
-    fn forget_if_idle(&mut self, name: &str) {
-        if let Some(lock) = self.locks.get(name) {
-            if lock.counter == 0 && lock.holder.is_none() && lock.waiters.is_empty() && lock.delay_until.is_none() {
-                self.locks.remove(name);
+    /// Takes a queued acquire out of its lock's queue.
+    fn drop_waiter(&mut self, wait: &Wait) {
+        if let Some(lock) = self.locks.get_mut(&wait.name) {
+            if let Some(busy) = lock.busy.as_mut() {
+                busy.waiters.remove(&wait.seq);
+            }
+            lock.settle();
+            // Never granted: nothing to remember (a free lock is granted at once, so a lock
+            // with waiters has had a holder; this only tidies up after replays).
+            if lock.counter == 0 && lock.busy.is_none() {
+                self.locks.remove(&wait.name);
             }
         }
     }

@@ -8,7 +8,7 @@ use super::{Durability, SecretDigest, SessionId};
 
 /// A state change of the machine, in the order it happened: what the write-ahead log stores
 /// (in [`Durability::Grants`]; [`Durability::Leases`] keeps only [`Record::Boot`],
-/// [`Record::Reserve`] and [`Record::Horizon`], see [`Record::is_kept_in`]).
+/// [`Record::Reserve`], [`Record::Horizon`] and [`Record::Floor`], see [`Record::is_kept_in`]).
 ///
 /// `Grant` must be durable before the grantee hears of it; the rest may be written lazily
 /// (losing them on a crash only delays a release until the restored session expires, it never
@@ -74,6 +74,14 @@ pub enum Record {
         /// Longest lock-delay.
         lock_delay: Duration,
     },
+    /// The server-wide token floor: no lock issues a token above `upto` before a higher floor
+    /// is durable. The data directory keeps it in a file of its own besides the log, so a
+    /// restart whose log lost records (truncated, emptied, replaced by an old copy) still
+    /// starts every lock above every token ever issued.
+    Floor {
+        /// Highest token any lock may have issued.
+        upto: u64,
+    },
     /// Snapshot only: the fencing counter of a lock that has no holder, and the lock-delay
     /// still to run on it.
     Counter {
@@ -89,7 +97,14 @@ pub enum Record {
 impl Record {
     /// Whether the record must be on disk before the effects that follow it are delivered.
     pub fn needs_sync(&self) -> bool {
-        matches!(self, Record::Grant { .. } | Record::Boot { .. } | Record::Reserve { .. } | Record::Horizon { .. })
+        matches!(
+            self,
+            Record::Grant { .. }
+                | Record::Boot { .. }
+                | Record::Reserve { .. }
+                | Record::Horizon { .. }
+                | Record::Floor { .. }
+        )
     }
 
     /// Whether a log kept in `durability` stores this record. `Leases` keeps no sessions,
@@ -99,7 +114,10 @@ impl Record {
         match durability {
             Durability::Grants => true,
             Durability::Leases => {
-                matches!(self, Record::Boot { .. } | Record::Reserve { .. } | Record::Horizon { .. })
+                matches!(
+                    self,
+                    Record::Boot { .. } | Record::Reserve { .. } | Record::Horizon { .. } | Record::Floor { .. }
+                )
             }
         }
     }

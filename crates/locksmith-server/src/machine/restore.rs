@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use super::apply::set_delay;
-use super::{Durability, Limits, Machine, Record};
+use super::{Durability, Limits, Machine, Record, RESTORED_IDLE_GRACE};
 
 impl Machine {
     /// Rebuilds state from persisted records at `now` in a new boot. Restored sessions keep
@@ -44,6 +44,20 @@ impl Machine {
     fn start_boot(&mut self, durability: Durability, leases_log: bool, now: Instant) {
         self.durability = durability;
         self.epoch = self.seen_epoch + 1;
+        // Every lock continues above the floor: the log may have lost grants (a torn or cut
+        // tail, an old copy) that the separately kept floor still covers. Logs written before
+        // the floor existed have none, and their counters continue as they were.
+        self.base = self.floor;
+        // A restored session that holds nothing protects no guard: it gets a short time to
+        // resume instead of its whole TTL (see RESTORED_IDLE_GRACE).
+        for (id, s) in self.sessions.iter_mut().filter(|(_, s)| s.holds.is_empty()) {
+            let deadline = now + s.ttl.min(RESTORED_IDLE_GRACE);
+            if deadline < s.deadline {
+                self.deadlines.remove(&(s.deadline, *id));
+                s.deadline = deadline;
+                self.deadlines.insert((deadline, *id));
+            }
+        }
         if durability == Durability::Leases {
             // Restored holders will not be kept: their clients may trust them for one more TTL
             // (+ lock-delay if they expire), which the quiet period below must cover.
@@ -51,9 +65,10 @@ impl Machine {
                 self.horizon.0 = self.horizon.0.max(s.ttl);
             }
             for lock in self.locks.values_mut() {
-                if let Some(h) = lock.holder.take() {
+                if let Some(h) = lock.busy.as_mut().and_then(|b| b.holder.take()) {
                     self.horizon.1 = self.horizon.1.max(h.lock_delay);
                 }
+                lock.settle();
             }
             self.sessions.clear();
             self.deadlines.clear();
@@ -65,8 +80,8 @@ impl Machine {
         if leases_log || durability == Durability::Leases {
             let quiet = self.horizon.0 + self.horizon.1;
             if !quiet.is_zero() {
-                for (name, lock) in self.locks.iter_mut().filter(|(_, l)| l.counter > 0 && l.holder.is_none()) {
-                    let until = lock.delay_until.map_or(now + quiet, |t| t.max(now + quiet));
+                for (name, lock) in self.locks.iter_mut().filter(|(_, l)| l.counter > 0 && l.holder().is_none()) {
+                    let until = lock.delay_until().map_or(now + quiet, |t| t.max(now + quiet));
                     set_delay(&mut self.delays, lock, name, Some(until));
                 }
             }
@@ -81,6 +96,9 @@ impl Machine {
     /// The current state at `now` as records (a compacted log), starting with this boot's epoch.
     pub fn snapshot(&self, now: Instant) -> Vec<Record> {
         let mut out = vec![Record::Boot { epoch: self.epoch }];
+        if self.floor > 0 {
+            out.push(Record::Floor { upto: self.floor });
+        }
         let delay_left = |until: Option<Instant>| until.map(|t| t.saturating_duration_since(now)).unwrap_or_default();
         if self.durability == Durability::Leases {
             if self.horizon != (Duration::ZERO, Duration::ZERO) {
@@ -88,10 +106,10 @@ impl Machine {
             }
             for (name, lock) in &self.locks {
                 out.push(Record::Counter {
-                    name: name.clone(),
+                    name: name.to_string(),
                     // Tokens up to the reservation may be out there: continue above it.
                     token: lock.counter.max(lock.reserved),
-                    delay: delay_left(lock.delay_until),
+                    delay: delay_left(lock.delay_until()),
                 });
             }
             return out;
@@ -100,18 +118,18 @@ impl Machine {
             out.push(Record::Session { id: *id, ttl: s.ttl, secret: s.secret });
         }
         for (name, lock) in &self.locks {
-            match &lock.holder {
+            match lock.holder() {
                 Some(h) => out.push(Record::Grant {
-                    name: name.clone(),
+                    name: name.to_string(),
                     session: h.session,
                     owner: h.owner.clone(),
                     token: h.token,
                     lock_delay: h.lock_delay,
                 }),
                 None => out.push(Record::Counter {
-                    name: name.clone(),
+                    name: name.to_string(),
                     token: lock.counter,
-                    delay: delay_left(lock.delay_until),
+                    delay: delay_left(lock.delay_until()),
                 }),
             }
         }

@@ -31,6 +31,7 @@ pub(crate) fn to_wal(r: &Record) -> wal::Record {
             Body::Counter(wal::Counter { name: name.clone(), token: *token, delay_ms: ms(*delay) })
         }
         Record::Reserve { name, upto } => Body::Reserve(wal::Reserve { name: name.clone(), upto: *upto }),
+        Record::Floor { upto } => Body::Floor(*upto),
         Record::Horizon { ttl, lock_delay } => {
             Body::Horizon(wal::Horizon { ttl_ms: ms(*ttl), lock_delay_ms: ms(*lock_delay) })
         }
@@ -57,6 +58,7 @@ pub(crate) fn from_wal(r: wal::Record) -> Option<Record> {
         Body::SessionEnd(id) => Record::SessionEnd { id },
         Body::Counter(c) => Record::Counter { name: c.name, token: c.token, delay: d(c.delay_ms) },
         Body::Reserve(r) => Record::Reserve { name: r.name, upto: r.upto },
+        Body::Floor(upto) => Record::Floor { upto },
         Body::Horizon(h) => Record::Horizon { ttl: d(h.ttl_ms), lock_delay: d(h.lock_delay_ms) },
     })
 }

@@ -39,6 +39,7 @@ mod secret;
 mod serve;
 mod service;
 mod sink;
+mod tokens;
 mod wal;
 
 pub use connection::serve_stream;

@@ -82,7 +82,7 @@ impl Service {
         limits: Limits,
         durability: Durability,
     ) -> Result<(Self, tokio::task::JoinHandle<Result<(), ServerError>>), ServerError> {
-        let (data, records) = crate::wal::DataDir::open(dir)?;
+        let (mut data, records) = crate::wal::DataDir::open(dir)?;
         let restored = records.len();
         let mut machine = Machine::restore_with(limits, durability, records, now());
         let snapshot = machine.take_records();

@@ -128,7 +128,7 @@ impl Sink {
 }
 
 fn write_loop(
-    dir: DataDir,
+    mut dir: DataDir,
     mut file: LogFile,
     mut rx: mpsc::UnboundedReceiver<Job>,
     compact: &AtomicBool,
@@ -142,6 +142,9 @@ fn write_loop(
             jobs.push(more);
         }
         let mut sync = false;
+        // A new token floor in this round: written to `tokens` once the log is synced, before
+        // any answer that may carry a token above the old floor goes out.
+        let mut floor = None;
         let mut out = Vec::new();
         let mut delivered = 0;
         for job in jobs.drain(..) {
@@ -149,6 +152,9 @@ fn write_loop(
                 Job::Batch(records, msgs) => {
                     for r in &records {
                         sync |= r.needs_sync();
+                        if let Record::Floor { upto } = r {
+                            floor = floor.max(Some(*upto));
+                        }
                         encode_into(r, &mut buf);
                     }
                     if !msgs.is_empty() {
@@ -171,6 +177,9 @@ fn write_loop(
         }
         if sync {
             file.sync()?;
+        }
+        if let Some(upto) = floor {
+            dir.raise_floor(upto, file.len())?;
         }
         for (o, m) in out {
             let _ = o.send(m);

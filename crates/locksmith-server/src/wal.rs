@@ -1,7 +1,10 @@
-//! The data directory: one write-ahead log of [`Record`]s, compacted into a snapshot on start.
+//! The data directory: one write-ahead log of [`Record`]s, compacted into a snapshot on start,
+//! and the token floor apart from it (`tokens`, see `crate::tokens`).
 //!
-//! Layout: `<dir>/LOCK` (held with an exclusive file lock while a server runs) and `<dir>/wal`:
-//! a 16-byte magic header, then frames of `len: u32 LE | crc32(payload): u32 LE | payload`,
+//! Layout: `<dir>/LOCK` (held with an exclusive file lock while a server runs), `<dir>/tokens`
+//! and `<dir>/wal`: a 16-byte magic and the log's 8-byte generation (a number the `tokens` file
+//! names too; logs of the first release have the magic `LOCKSMITH-WAL-1` and no generation),
+//! then frames of `len: u32 LE | crc32(payload): u32 LE | payload`,
 //! where payload is a protobuf `locksmith.wal.v1.Record` (`proto/wal.proto`), then zeros: the file is preallocated in chunks,
 //! because `fdatasync` after an append that grows the file also writes the inode (measured here:
 //! ~130 µs growing vs ~70 µs inside preallocated space). An all-zero frame header ends the log.
@@ -23,8 +26,13 @@ use prost::Message;
 use crate::error::ServerError;
 use crate::machine::Record;
 use crate::pb_impl;
+use crate::tokens::{Floor, TokensFile};
 
-const MAGIC: &[u8; 16] = b"LOCKSMITH-WAL-1\n";
+/// The first release's header: no generation follows it.
+const MAGIC_V1: &[u8; 16] = b"LOCKSMITH-WAL-1\n";
+/// Today's header, followed by the log's generation (u64 LE).
+const MAGIC: &[u8; 16] = b"LOCKSMITH-WAL-2\n";
+const HEADER: usize = MAGIC.len() + 8;
 /// Largest frame accepted: a record holds at most a name, an owner and a few numbers.
 const MAX_FRAME: usize = 64 * 1024;
 /// Preallocation step of the log file.
@@ -80,39 +88,114 @@ fn allocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
 pub(crate) struct DataDir {
     path: PathBuf,
     _lock: File,
+    /// The generation of the current log (0 before the first [`DataDir::rewrite`]).
+    generation: u64,
+    /// What the `tokens` file said at open: `(seq, state)`.
+    found: Option<(u64, Floor)>,
+    /// Open once the first log of this run is written.
+    tokens: Option<TokensFile>,
 }
 
 impl DataDir {
-    /// Opens (creating if needed) and locks `path`, and reads every record in its log.
+    /// Opens (creating if needed) and locks `path`, and reads every record in its log, the
+    /// token floor first: a restart that replays them starts every lock above every token
+    /// issued, also when the log lost records it cannot tell it lost.
     ///
     /// # Errors
-    /// [`ServerError::Corrupt`] for a log that does not check out, [`ServerError::InUse`] when
-    /// another server holds the directory, [`ServerError::Io`] for I/O failures.
+    /// [`ServerError::Corrupt`] for a log or token floor that does not check out, or a log that
+    /// is missing, of another generation or shorter than the floor file says was synced;
+    /// [`ServerError::InUse`] when another server holds the directory, [`ServerError::Io`] for
+    /// I/O failures. Nothing in the directory is changed then.
     pub(crate) fn open(path: &Path) -> Result<(Self, Vec<Record>), ServerError> {
         std::fs::create_dir_all(path)?;
         let lock = OpenOptions::new().create(true).truncate(false).write(true).open(path.join("LOCK"))?;
         lock.try_lock().map_err(|_| ServerError::InUse(path.to_path_buf()))?;
-        let records = match File::open(path.join("wal")) {
+        let found = TokensFile::read(&path.join("tokens"))?;
+        let bytes = match File::open(path.join("wal")) {
             Ok(mut f) => {
                 let mut bytes = Vec::new();
                 f.read_to_end(&mut bytes)?;
-                decode_log(&bytes)?
+                Some(bytes)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(e.into()),
         };
-        Ok((Self { path: path.to_path_buf(), _lock: lock }, records))
+        let damaged = |what: String| {
+            ServerError::Corrupt(format!(
+                "wal: {what}; fencing tokens could repeat if the server went on from it. Restore the data \
+                 directory from a backup (or, to start empty on purpose, move it aside: every lock's tokens \
+                 then restart from 1)"
+            ))
+        };
+        let (mut records, generation) = match (bytes, found) {
+            (None, None) => (Vec::new(), 0),
+            (None, Some((_, t))) => {
+                return Err(damaged(format!("the log is missing (generation {} was written)", t.log_generation)))
+            }
+            (Some(bytes), found) => {
+                let log = decode_log(&bytes)?;
+                match (log.generation, found) {
+                    // A first-release log (upgrade), or a first start that crashed before its
+                    // first log was complete: nothing to check it against.
+                    (None, None) => {}
+                    (None, Some(_)) => {
+                        return Err(damaged("the log has no generation but a token floor exists".into()))
+                    }
+                    (Some(_), None) => {
+                        return Err(damaged("the token floor file `tokens` is missing beside the log".into()))
+                    }
+                    (Some(g), Some((_, t))) => {
+                        if g == t.log_generation {
+                            if log.valid < t.log_synced {
+                                return Err(damaged(format!(
+                                    "the log holds {} intact bytes, but {} were synced: it was truncated",
+                                    log.valid, t.log_synced
+                                )));
+                            }
+                        } else if g != t.log_generation + 1 {
+                            // One ahead: a compaction that crashed before it updated `tokens`.
+                            return Err(damaged(format!(
+                                "the log is generation {g}, the token floor names generation {}: it is not the \
+                                 log this directory last wrote",
+                                t.log_generation
+                            )));
+                        }
+                    }
+                }
+                (log.records, log.generation.unwrap_or(0))
+            }
+        };
+        if let Some((_, t)) = found {
+            records.insert(0, Record::Floor { upto: t.floor });
+        }
+        Ok((Self { path: path.to_path_buf(), _lock: lock, generation, found, tokens: None }, records))
     }
 
-    /// Atomically replaces the log with `records` (durable before returning) and returns the
-    /// new log, preallocated, ready for appending.
+    /// Raises the token floor to `upto` in the `tokens` file (synced), noting that `synced`
+    /// bytes of the current log are durable. Call it after syncing the log.
+    ///
+    /// # Errors
+    /// I/O failures: no token above the old floor may be handed out then.
+    pub(crate) fn raise_floor(&mut self, upto: u64, synced: u64) -> Result<(), ServerError> {
+        let tokens = self.tokens.as_mut().ok_or_else(|| ServerError::Failed("token floor file not open".into()))?;
+        let current = tokens.current();
+        let floor = current.floor.max(upto);
+        tokens.write(Floor { floor, log_generation: self.generation, log_synced: synced.max(current.log_synced) })
+    }
+
+    /// Atomically replaces the log with `records` (durable before returning), in the next
+    /// generation, points the `tokens` file at it, and returns the new log, preallocated,
+    /// ready for appending. The token floor written is the highest of the floor in force and
+    /// any [`Record::Floor`] among `records`.
     ///
     /// # Errors
     /// I/O failures; the old log is then still in place.
-    pub(crate) fn rewrite(&self, records: &[Record]) -> Result<LogFile, ServerError> {
+    pub(crate) fn rewrite(&mut self, records: &[Record]) -> Result<LogFile, ServerError> {
+        let generation = self.generation + 1;
         let tmp = self.path.join("wal.tmp");
         let f = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(&tmp)?;
         let mut buf = MAGIC.to_vec();
+        buf.extend_from_slice(&generation.to_le_bytes());
         for r in records {
             encode_into(r, &mut buf);
         }
@@ -124,9 +207,37 @@ impl DataDir {
         drop(f);
         std::fs::rename(&tmp, self.path.join("wal"))?;
         File::open(&self.path)?.sync_all()?;
+        self.generation = generation;
+        let in_records = records.iter().filter_map(|r| match r {
+            Record::Floor { upto } => Some(*upto),
+            _ => None,
+        });
+        let floor = in_records
+            .chain(self.tokens.as_ref().map(|t| t.current().floor))
+            .chain(self.found.map(|(_, t)| t.floor))
+            .max()
+            .unwrap_or(0);
+        let state = Floor { floor, log_generation: generation, log_synced: end };
+        match &mut self.tokens {
+            Some(tokens) => tokens.write(state)?,
+            None => {
+                let seq = self.found.map_or(0, |(seq, _)| seq);
+                self.tokens = Some(TokensFile::create(&self.path.join("tokens"), seq, state)?);
+            }
+        }
         let file = OpenOptions::new().read(true).write(true).open(self.path.join("wal"))?;
         Ok(LogFile { file, end, allocated })
     }
+}
+
+/// What a log holds.
+#[derive(Debug, PartialEq)]
+struct Log {
+    records: Vec<Record>,
+    /// `None` for a first-release log (or an empty file).
+    generation: Option<u64>,
+    /// Bytes up to the end of the last intact frame.
+    valid: u64,
 }
 
 /// Appends one framed record to `buf`.
@@ -137,19 +248,23 @@ pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
     buf.extend_from_slice(&payload);
 }
 
-fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, ServerError> {
-    if bytes.len() < MAGIC.len() {
+fn decode_log(bytes: &[u8]) -> Result<Log, ServerError> {
+    let (generation, header) = if bytes.starts_with(MAGIC) && bytes.len() >= HEADER {
+        let mut g = [0u8; 8];
+        g.copy_from_slice(&bytes[MAGIC.len()..HEADER]);
+        (Some(u64::from_le_bytes(g)), HEADER)
+    } else if bytes.starts_with(MAGIC_V1) {
+        (None, MAGIC_V1.len())
+    } else if MAGIC.starts_with(bytes) || MAGIC_V1.starts_with(bytes) || bytes.starts_with(MAGIC) {
         // A crash while the very first header was written leaves a short file.
-        if MAGIC.starts_with(bytes) {
-            return Ok(Vec::new());
-        }
+        return Ok(Log { records: Vec::new(), generation: None, valid: 0 });
+    } else if bytes.len() < MAGIC.len() {
         return Err(ServerError::Corrupt("wal: file is too short and has no locksmith header".into()));
-    }
-    if &bytes[..MAGIC.len()] != MAGIC {
+    } else {
         return Err(ServerError::Corrupt("wal: not a locksmith log (bad header)".into()));
-    }
+    };
     let mut records = Vec::new();
-    let mut at = MAGIC.len();
+    let mut at = header;
     let zeros_from = |from: usize| bytes.get(from..).is_none_or(|rest| rest.iter().all(|b| *b == 0));
     while at < bytes.len() {
         let rest = &bytes[at..];
@@ -188,7 +303,7 @@ fn decode_log(bytes: &[u8]) -> Result<Vec<Record>, ServerError> {
         records.push(record);
         at = end;
     }
-    Ok(records)
+    Ok(Log { records, generation, valid: at as u64 })
 }
 
 #[cfg(test)]
@@ -196,6 +311,10 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+
+    fn records(bytes: &[u8]) -> Option<Vec<Record>> {
+        decode_log(bytes).ok().map(|l| l.records)
+    }
 
     fn sample() -> Vec<Record> {
         vec![
@@ -207,11 +326,13 @@ mod tests {
             Record::SessionEnd { id: 7 },
             Record::Reserve { name: "c".into(), upto: 2048 },
             Record::Horizon { ttl: Duration::from_secs(3), lock_delay: Duration::from_millis(250) },
+            Record::Floor { upto: 4096 },
         ]
     }
 
     fn log(records: &[Record]) -> Vec<u8> {
         let mut buf = MAGIC.to_vec();
+        buf.extend_from_slice(&7u64.to_le_bytes());
         for r in records {
             encode_into(r, &mut buf);
         }
@@ -220,7 +341,7 @@ mod tests {
 
     #[test]
     fn records_round_trip_through_the_log() {
-        assert_eq!(decode_log(&log(&sample())).ok(), Some(sample()));
+        assert_eq!(records(&log(&sample())), Some(sample()));
     }
 
     #[test]
@@ -228,7 +349,7 @@ mod tests {
         let bytes = log(&sample());
         let last_frame = bytes.len() - log(&sample()[..sample().len() - 1]).len();
         for cut in 1..=last_frame {
-            let got = decode_log(&bytes[..bytes.len() - cut]).ok();
+            let got = records(&bytes[..bytes.len() - cut]);
             assert_eq!(got.as_deref(), Some(&sample()[..sample().len() - 1]), "cut {cut}");
         }
     }
@@ -237,21 +358,21 @@ mod tests {
     fn preallocated_zeros_end_the_log_and_a_torn_frame_before_them_is_dropped() {
         let mut bytes = log(&sample());
         bytes.extend(std::iter::repeat_n(0u8, 4096));
-        assert_eq!(decode_log(&bytes).ok(), Some(sample()));
+        assert_eq!(records(&bytes), Some(sample()));
         let full = log(&sample()).len();
         let last_frame = full - log(&sample()[..sample().len() - 1]).len();
         // The last frame's payload only partly reached the disk: zeros where the rest should be.
         bytes[full - 1] = 0;
         bytes[full - 2] = 0;
         assert!(last_frame > 8);
-        assert_eq!(decode_log(&bytes).ok().as_deref(), Some(&sample()[..sample().len() - 1]));
+        assert_eq!(records(&bytes).as_deref(), Some(&sample()[..sample().len() - 1]));
     }
 
     #[test]
     fn records_after_a_zeroed_frame_are_not_silently_dropped() {
         let mut bytes = log(&sample());
-        let mid = MAGIC.len();
-        let first = log(&sample()[..1]).len() - MAGIC.len();
+        let mid = HEADER;
+        let first = log(&sample()[..1]).len() - HEADER;
         bytes[mid..mid + first].fill(0);
         assert!(matches!(decode_log(&bytes), Err(ServerError::Corrupt(_))));
     }
@@ -259,7 +380,7 @@ mod tests {
     #[test]
     fn a_damaged_frame_in_the_middle_is_reported_as_corrupt() {
         let mut bytes = log(&sample());
-        let mid = MAGIC.len() + 12;
+        let mid = HEADER + 12;
         bytes[mid] ^= 0xff;
         assert!(matches!(decode_log(&bytes), Err(ServerError::Corrupt(_))));
     }
@@ -300,8 +421,25 @@ mod tests {
     #[test]
     fn a_log_written_by_the_first_release_still_decodes() {
         let bytes = include_bytes!("../tests/fixtures/wal-locksmith-v1.log");
-        assert_eq!(decode_log(bytes).ok(), Some(fixture_records()));
-        assert_eq!(log(&fixture_records()), bytes, "today's encoder writes the same bytes");
+        let old = decode_log(bytes).unwrap();
+        assert_eq!((old.records.as_slice(), old.generation), (fixture_records().as_slice(), None));
+        let frames = &bytes[MAGIC_V1.len()..];
+        assert_eq!(&log(&fixture_records())[HEADER..], frames, "today's encoder writes the same frames");
+    }
+
+    #[test]
+    fn the_header_carries_the_generation_and_the_intact_length() {
+        let bytes = log(&sample());
+        let l = decode_log(&bytes).unwrap();
+        assert_eq!((l.generation, l.valid), (Some(7), bytes.len() as u64));
+        let mut padded = bytes.clone();
+        padded.extend([0u8; 100]);
+        assert_eq!(decode_log(&padded).unwrap().valid, bytes.len() as u64);
+        // Cut inside the header: nothing to read, no generation.
+        for cut in [0, 10, MAGIC.len(), HEADER - 1] {
+            let l = decode_log(&bytes[..cut]).unwrap();
+            assert_eq!((l.records.len(), l.generation), (0, None), "cut at {cut}");
+        }
     }
 
     #[test]

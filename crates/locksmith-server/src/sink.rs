@@ -175,7 +175,9 @@ fn write_loop(
             file.append(&buf)?;
             buf.clear();
         }
-        if sync {
+        // A compaction in this round cleared `sync` for what came before it; a new floor still
+        // needs the log synced, because the floor file records how much of it is durable.
+        if sync || floor.is_some() {
             file.sync()?;
         }
         if let Some(upto) = floor {

@@ -30,9 +30,12 @@ pub fn report(context: &str, err: &locksmith_core::Error) -> ExitCode {
 pub fn code_for(err: &locksmith_core::Error) -> u8 {
     use locksmith_core::Error as E;
     match err {
-        E::InvalidName(_) | E::InvalidTtl { .. } | E::InvalidArgument(_) | E::InvalidUrl { .. } | E::Unfenced(_) => {
-            USAGE
-        }
+        E::InvalidName(_)
+        | E::InvalidTtl { .. }
+        | E::InvalidArgument(_)
+        | E::InvalidUrl { .. }
+        | E::Unfenced(_)
+        | E::Unsupported(_) => USAGE,
         E::Unavailable { .. } => UNAVAILABLE,
         E::Auth { .. } => AUTH,
         E::Config { .. } => CONFIG,

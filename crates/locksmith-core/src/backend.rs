@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{LockName, Result};
+use crate::{Error, HoldMode, LockName, Result};
 
 /// A backend family reached through one URL (`locksmith://…`, `memory://…`, `redis://…`).
 #[async_trait]
@@ -36,6 +36,29 @@ pub trait Backend: Send + Sync + std::fmt::Debug + 'static {
     /// # Cancel safety
     /// Cancel safe: read only.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>>;
+
+    /// Whether this backend offers holds of `mode` (read locks, semaphore permits). Only the
+    /// exclusive mutex unless a driver says more; the engine refuses the others with
+    /// [`Error::Unsupported`] before asking the backend.
+    fn supports(&self, mode: HoldMode) -> bool {
+        mode == HoldMode::Exclusive
+    }
+
+    /// Whether this backend offers leader election: it keeps a hold's value (the proposal) and
+    /// can be [observed](Backend::observe).
+    fn supports_election(&self) -> bool {
+        false
+    }
+
+    /// Follows lock `name`: its status now, then again after every change of its holders, for
+    /// as long as the receiver is kept (a leader election's observers). Backends without a way
+    /// to be told of changes refuse with [`Error::Unsupported`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the receiver ends the observation.
+    async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
+        Err(Error::Unsupported(format!("{} cannot be observed (no change notifications for {name})", self.describe())))
+    }
 }
 
 /// What an acquisition asks for.
@@ -50,12 +73,16 @@ pub struct AcquireRequest {
     pub wait: bool,
     /// Lock-delay after this holder's session expires.
     pub lock_delay: Option<Duration>,
+    /// The kind of hold (exclusive unless the backend [`supports`](Backend::supports) more).
+    pub mode: HoldMode,
+    /// A value others see with the hold (an election's proposal).
+    pub value: Option<String>,
 }
 
 impl AcquireRequest {
-    /// A request for `name` by `owner`.
+    /// An exclusive request for `name` by `owner`.
     pub fn new(name: LockName, owner: impl Into<String>, wait: bool) -> Self {
-        Self { name, owner: owner.into(), wait, lock_delay: None }
+        Self { name, owner: owner.into(), wait, lock_delay: None, mode: HoldMode::Exclusive, value: None }
     }
 }
 
@@ -145,8 +172,13 @@ pub trait Session: Send + Sync + 'static {
 pub struct LockStatus {
     /// The lock.
     pub name: String,
-    /// Current holder, if any.
+    /// Current holder, if any: the exclusive holder, or the first of several shared holders or
+    /// permit holders (all of them are in [`LockStatus::holders`]).
     pub holder: Option<HolderStatus>,
+    /// Every holder: one for an exclusive hold, several readers or permit holders.
+    pub holders: Vec<HolderStatus>,
+    /// A semaphore's number of permits, while it is in use.
+    pub permits: Option<u32>,
     /// Number of queued waiters; `None` where the backend cannot see its waiters (e.g. SQLite,
     /// whose waiters poll).
     pub waiters: Option<u64>,
@@ -169,12 +201,30 @@ pub struct HolderStatus {
     /// Time until the holder's session expires unless renewed; `None` where other clients cannot
     /// see it (ZooKeeper sessions).
     pub ttl_left: Option<Duration>,
+    /// The kind of hold.
+    pub mode: HoldMode,
+    /// The value held with it (an election's proposal), if any.
+    pub value: Option<String>,
 }
 
 impl LockStatus {
     /// A status record.
     pub fn new(name: String, holder: Option<HolderStatus>, waiters: u64, last_token: u64) -> Self {
-        Self { name, holder, waiters: Some(waiters), last_token, lock_delay_left: None }
+        let holders = holder.iter().cloned().collect();
+        Self { name, holder, holders, permits: None, waiters: Some(waiters), last_token, lock_delay_left: None }
+    }
+
+    /// With several holders (readers, permit holders): [`LockStatus::holder`] becomes the first.
+    pub fn with_holders(mut self, holders: Vec<HolderStatus>) -> Self {
+        self.holder = holders.first().cloned();
+        self.holders = holders;
+        self
+    }
+
+    /// With a semaphore's number of permits.
+    pub fn with_permits(mut self, permits: Option<u32>) -> Self {
+        self.permits = permits;
+        self
     }
 
     /// With the number of waiters unknown to this backend.
@@ -198,12 +248,19 @@ impl LockStatus {
 impl HolderStatus {
     /// A holder record.
     pub fn new(session: String, owner: String, token: u64, ttl_left: Duration) -> Self {
-        Self { session, owner, token, ttl_left: Some(ttl_left) }
+        Self { session, owner, token, ttl_left: Some(ttl_left), mode: HoldMode::Exclusive, value: None }
     }
 
     /// With the time left unknown to other clients.
     pub fn ttl_left_unknown(mut self) -> Self {
         self.ttl_left = None;
+        self
+    }
+
+    /// With its kind of hold and value.
+    pub fn with_mode(mut self, mode: HoldMode, value: Option<String>) -> Self {
+        self.mode = mode;
+        self.value = value;
         self
     }
 }

@@ -309,9 +309,20 @@ impl Client {
         }
     }
 
-    async fn acquire(&self, name: LockName, opts: LockOptions, wait: bool) -> Result<Option<Guard>> {
+    pub(crate) async fn acquire(&self, name: LockName, opts: LockOptions, wait: bool) -> Result<Option<Guard>> {
         if !opts.allow_unfenced && !self.inner.backend.provides_fencing() {
             return Err(Error::Unfenced(self.inner.backend.describe()));
+        }
+        if !self.inner.backend.supports(opts.mode) {
+            let what = match opts.mode {
+                crate::HoldMode::Exclusive => "exclusive holds".to_string(),
+                crate::HoldMode::Shared => "read (shared) locks".to_string(),
+                crate::HoldMode::Permit(_) => "semaphores".to_string(),
+            };
+            return Err(Error::Unsupported(format!(
+                "{} offers no {what} (see README, \"Beyond the mutex\", for what each backend offers)",
+                self.inner.backend.describe()
+            )));
         }
         let reentrant = opts.owner.is_some();
         let owner = match opts.owner {
@@ -325,7 +336,11 @@ impl Client {
         let cleanup = CancelGuard::sync("engine slot", (self.clone(), key, slot), |(client, key, slot)| {
             client.forget_slot(&key, &slot);
         });
-        let attempt = self.acquire_in_slot(&cleanup.state().2, name, owner, opts.lock_delay, wait, reentrant);
+        let mut req = AcquireRequest::new(name, owner, wait);
+        req.lock_delay = opts.lock_delay;
+        req.mode = opts.mode;
+        req.value = opts.value;
+        let attempt = self.acquire_in_slot(&cleanup.state().2, req, reentrant);
         // A no-wait attempt, session opening included, must not hang on a server that stopped
         // answering (e.g. paused): after one TTL it is given up as unavailable.
         let result = if wait { attempt.await } else { self.bounded(self.inner.ttl, attempt).await };
@@ -336,15 +351,8 @@ impl Client {
         result
     }
 
-    async fn acquire_in_slot(
-        &self,
-        slot: &Arc<Slot>,
-        name: LockName,
-        owner: String,
-        lock_delay: Option<Duration>,
-        wait: bool,
-        reentrant: bool,
-    ) -> Result<Option<Guard>> {
+    async fn acquire_in_slot(&self, slot: &Arc<Slot>, req: AcquireRequest, reentrant: bool) -> Result<Option<Guard>> {
+        let (name, owner) = (req.name.clone(), req.owner.clone());
         let mut hold = slot.hold.lock().await;
         if let Some(h) = hold.as_mut() {
             if reentrant && h.ctx.is_alive() && !*h.lost.borrow() {
@@ -362,8 +370,6 @@ impl Client {
             // A dead hold: forget it; the backend has freed or will free it.
             *hold = None;
         }
-        let mut req = AcquireRequest::new(name.clone(), owner.clone(), wait);
-        req.lock_delay = lock_delay;
         // One retry after a transient failure that came fast (a connection reset while a server
         // starts or fails over). A slow one (a connect timeout) is reported at once, so an
         // unreachable backend is not waited for twice.

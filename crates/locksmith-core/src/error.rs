@@ -61,6 +61,10 @@ pub enum Error {
     /// locking without one.
     #[error("{0} cannot give a safe fencing token; opt in with LockOptions::allow_unfenced (`locksmith run --unfenced`) to lock without one")]
     Unfenced(String),
+    /// The backend cannot offer what was asked (a semaphore, a read lock, observing a lock)
+    /// safely; the message says which backend, what, and why.
+    #[error("{0}")]
+    Unsupported(String),
     /// `lock()` gave up waiting; nothing is left behind on the server.
     #[error("timed out waiting for the lock")]
     Timeout,

@@ -15,10 +15,13 @@
 mod backend;
 mod client;
 pub mod driver;
+mod election;
 mod error;
 mod guard;
 mod keeper;
 pub mod metrics;
+mod mode;
+mod multi;
 mod name;
 mod options;
 
@@ -28,8 +31,11 @@ pub mod conformance;
 pub use backend::{AcquireRequest, Acquired, Backend, HolderStatus, KeepAlive, LockStatus, LostHold, Session};
 pub use client::Client;
 pub use driver::Backoff;
+pub use election::{Leader, Observer};
 pub use error::{error_chain, message_with_causes, Error, Result};
 pub use guard::Guard;
+pub use mode::{HoldMode, MAX_PERMITS, MAX_VALUE_LEN};
+pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use options::{
     format_duration, parse_duration, validate_ttl, LockOptions, DEFAULT_TTL, MAX_LOCK_DELAY, MAX_OWNER_LEN, MAX_TTL,

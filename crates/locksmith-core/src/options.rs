@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::Error;
+use crate::{Error, HoldMode, MAX_PERMITS, MAX_VALUE_LEN};
 
 /// Smallest session TTL accepted: below it a keep-alive every TTL/3 cannot survive a loopback hiccup.
 pub const MIN_TTL: Duration = Duration::from_millis(100);
@@ -111,6 +111,8 @@ pub struct LockOptions {
     pub(crate) owner: Option<String>,
     pub(crate) lock_delay: Option<Duration>,
     pub(crate) allow_unfenced: bool,
+    pub(crate) mode: HoldMode,
+    pub(crate) value: Option<String>,
 }
 
 impl LockOptions {
@@ -149,6 +151,45 @@ impl LockOptions {
         self
     }
 
+    /// Acquire a read lock: many readers may hold the name at once, never together with a
+    /// writer (an ordinary, exclusive acquisition of the same name). Waiters are served in
+    /// arrival order, so a waiting writer is not starved by readers that keep coming.
+    ///
+    /// ```
+    /// use locksmith_core::{HoldMode, LockOptions};
+    /// assert_eq!(LockOptions::new().shared().mode(), HoldMode::Shared);
+    /// ```
+    pub fn shared(mut self) -> Self {
+        self.mode = HoldMode::Shared;
+        self
+    }
+
+    /// Acquire one of `permits` permits of a semaphore named like a lock: at most `permits`
+    /// holders at a time, each with its own lease (a crashed holder's permit comes back when its
+    /// session expires) and its own fencing token. Everyone using the name must ask for the same
+    /// number while it is in use; a different number is refused.
+    ///
+    /// ```
+    /// use locksmith_core::{HoldMode, LockOptions};
+    /// assert_eq!(LockOptions::new().permits(3).mode(), HoldMode::Permit(3));
+    /// ```
+    pub fn permits(mut self, permits: u32) -> Self {
+        self.mode = HoldMode::Permit(permits);
+        self
+    }
+
+    /// Attach `value` to the hold, for others to read in `status` and observe: an election's
+    /// proposal (who the leader is, where to reach it). At most 1,024 bytes.
+    pub fn value(mut self, value: impl Into<String>) -> Self {
+        self.value = Some(value.into());
+        self
+    }
+
+    /// The kind of hold asked for.
+    pub fn mode(&self) -> HoldMode {
+        self.mode
+    }
+
     /// The explicit owner id, if any.
     pub fn owner_id(&self) -> Option<&str> {
         self.owner.as_deref()
@@ -166,6 +207,24 @@ impl LockOptions {
             if d > MAX_LOCK_DELAY {
                 return Err(Error::InvalidArgument(format!(
                     "lock delay {d:?} is above the maximum {MAX_LOCK_DELAY:?}"
+                )));
+            }
+            if self.mode != HoldMode::Exclusive && !d.is_zero() {
+                return Err(Error::InvalidArgument(format!(
+                    "a lock-delay applies to exclusive holds only, not to a {} hold",
+                    self.mode
+                )));
+            }
+        }
+        if let HoldMode::Permit(n) = self.mode {
+            if n == 0 || n > MAX_PERMITS {
+                return Err(Error::InvalidArgument(format!("a semaphore has 1..={MAX_PERMITS} permits, not {n}")));
+            }
+        }
+        if let Some(v) = &self.value {
+            if v.len() > MAX_VALUE_LEN || v.contains('\0') {
+                return Err(Error::InvalidArgument(format!(
+                    "a hold's value is at most {MAX_VALUE_LEN} bytes without NUL characters"
                 )));
             }
         }
@@ -193,6 +252,20 @@ mod tests {
         assert!(validate_ttl(Duration::ZERO).is_err());
         assert!(validate_ttl(MAX_TTL + Duration::from_millis(1)).is_err());
         assert!(validate_ttl(MIN_TTL).is_ok());
+    }
+
+    #[test]
+    fn semaphores_read_locks_and_values_are_checked() {
+        assert!(LockOptions::new().permits(0).validate().is_err());
+        assert!(LockOptions::new().permits(MAX_PERMITS + 1).validate().is_err());
+        assert!(LockOptions::new().permits(3).validate().is_ok());
+        let delayed = |o: LockOptions| o.lock_delay(Duration::from_secs(1)).validate();
+        assert!(delayed(LockOptions::new().shared()).is_err(), "a lock-delay is for exclusive holds only");
+        assert!(delayed(LockOptions::new().permits(2)).is_err());
+        assert!(delayed(LockOptions::new()).is_ok());
+        assert!(LockOptions::new().value("x".repeat(MAX_VALUE_LEN)).validate().is_ok());
+        assert!(LockOptions::new().value("x".repeat(MAX_VALUE_LEN + 1)).validate().is_err());
+        assert!(LockOptions::new().value("a\0b").validate().is_err());
     }
 
     #[test]

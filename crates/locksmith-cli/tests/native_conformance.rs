@@ -12,3 +12,4 @@ fn native() -> UrlTarget {
 
 locksmith_core::conformance_suite!(native());
 locksmith_testkit::process_conformance_suite!(CliTarget::new(BIN, native()));
+locksmith_core::primitives_suite!(native());

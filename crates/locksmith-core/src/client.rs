@@ -310,9 +310,6 @@ impl Client {
     }
 
     pub(crate) async fn acquire(&self, name: LockName, opts: LockOptions, wait: bool) -> Result<Option<Guard>> {
-        if !opts.allow_unfenced && !self.inner.backend.provides_fencing() {
-            return Err(Error::Unfenced(self.inner.backend.describe()));
-        }
         if !self.inner.backend.supports(opts.mode) {
             let what = match opts.mode {
                 crate::HoldMode::Exclusive => "exclusive holds".to_string(),
@@ -323,6 +320,9 @@ impl Client {
                 "{} offers no {what} (see README, \"Beyond the mutex\", for what each backend offers)",
                 self.inner.backend.describe()
             )));
+        }
+        if !opts.allow_unfenced && !self.inner.backend.provides_fencing() {
+            return Err(Error::Unfenced(self.inner.backend.describe()));
         }
         let reentrant = opts.owner.is_some();
         let owner = match opts.owner {

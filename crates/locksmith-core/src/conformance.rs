@@ -18,6 +18,12 @@ use async_trait::async_trait;
 
 use crate::{Client, Error, LockOptions, Result};
 
+pub mod primitives;
+pub use primitives::{
+    lock_all_never_deadlocks_and_gives_a_token_per_name, lock_all_that_times_out_holds_nothing,
+    primitives_are_offered_or_refused_clearly,
+};
+
 /// What a backend under test can do, so the suite asks only what the backend promises.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
@@ -399,7 +405,10 @@ macro_rules! conformance_suite {
             unlock_and_drop_release_the_lock,
             closing_the_session_signals_loss,
             a_live_holder_keeps_its_lock_past_the_ttl,
-            bad_input_is_refused_with_typed_errors
+            bad_input_is_refused_with_typed_errors,
+            lock_all_never_deadlocks_and_gives_a_token_per_name,
+            lock_all_that_times_out_holds_nothing,
+            primitives_are_offered_or_refused_clearly
         );
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {

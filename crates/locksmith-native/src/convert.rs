@@ -2,21 +2,56 @@
 
 use std::time::Duration;
 
-use locksmith_core::{HolderStatus, LockStatus};
+use locksmith_core::{HoldMode, HolderStatus, LockStatus};
 use locksmith_proto::LockInfo;
 
-fn holder(session: u64, owner: String, token: u64, ttl_left: Duration) -> HolderStatus {
-    HolderStatus::new(format!("{session:x}"), owner, token, ttl_left)
+fn mode(shared: bool, permits: u32) -> HoldMode {
+    match (shared, permits) {
+        (true, _) => HoldMode::Shared,
+        (false, 0) => HoldMode::Exclusive,
+        (false, n) => HoldMode::Permit(n),
+    }
 }
 
 pub(crate) fn from_wire(l: LockInfo) -> LockStatus {
-    let h = l.held.then(|| holder(l.holder_session, l.holder_owner, l.token, Duration::from_millis(l.ttl_left_ms)));
     let delay = (l.lock_delay_left_ms > 0).then(|| Duration::from_millis(l.lock_delay_left_ms));
-    LockStatus::new(l.name, h, l.waiters, l.last_token).with_lock_delay_left(delay)
+    let holders: Vec<HolderStatus> = if l.holders.is_empty() {
+        // A server from before read locks and semaphores names only its one holder.
+        l.held
+            .then(|| {
+                HolderStatus::new(
+                    format!("{:x}", l.holder_session),
+                    l.holder_owner,
+                    l.token,
+                    Duration::from_millis(l.ttl_left_ms),
+                )
+            })
+            .into_iter()
+            .collect()
+    } else {
+        l.holders
+            .into_iter()
+            .map(|h| {
+                HolderStatus::new(format!("{:x}", h.session), h.owner, h.token, Duration::from_millis(h.ttl_left_ms))
+                    .with_mode(mode(h.shared, h.permits), (!h.value.is_empty()).then_some(h.value))
+            })
+            .collect()
+    };
+    LockStatus::new(l.name, None, l.waiters, l.last_token)
+        .with_holders(holders)
+        .with_permits((l.permits > 0).then_some(l.permits))
+        .with_lock_delay_left(delay)
 }
 
 #[cfg(feature = "memory")]
 pub(crate) fn from_view(v: locksmith_server::machine::LockView) -> LockStatus {
-    let h = v.holder.map(|(s, o, t, left)| holder(s, o, t, left));
-    LockStatus::new(v.name, h, v.waiters, v.last_token).with_lock_delay_left(v.delay_left)
+    let holders = v
+        .holders
+        .into_iter()
+        .map(|h| HolderStatus::new(format!("{:x}", h.session), h.owner, h.token, h.ttl_left).with_mode(h.mode, h.value))
+        .collect();
+    LockStatus::new(v.name, None, v.waiters, v.last_token)
+        .with_holders(holders)
+        .with_permits(v.permits)
+        .with_lock_delay_left(v.delay_left)
 }

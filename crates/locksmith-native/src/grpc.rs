@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use locksmith_core::driver::{BackendUrl, TlsFiles};
-use locksmith_core::{Backend, Error, LockName, LockStatus, Result, Session};
+use locksmith_core::{Backend, Error, HoldMode, LockName, LockStatus, Result, Session};
 use locksmith_proto::locksmith_client::LocksmithClient;
 use locksmith_proto::StatusRequest;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -279,6 +279,49 @@ impl Backend for NativeBackend {
     async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
         let connector: Arc<dyn Connector> = self.inner.clone();
         Ok(Box::new(StreamSession::open(connector, ttl).await?))
+    }
+
+    /// Read locks and semaphores are served by the server's own queue.
+    fn supports(&self, mode: HoldMode) -> bool {
+        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+    }
+
+    fn supports_election(&self) -> bool {
+        true
+    }
+
+    /// The server's `Observe` stream: each change of `name`'s holders once it is durable.
+    async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
+        let mut client = LocksmithClient::new(self.inner.channel());
+        let req = StatusRequest { name: name.as_str().to_string(), ..Default::default() };
+        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.observe(self.inner.request(req))).await
+        {
+            Err(_) => return Err(self.unavailable("no answer")),
+            Ok(Ok(resp)) => resp.into_inner(),
+            Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
+                return Err(Error::InvalidArgument(s.message().to_string()))
+            }
+            Ok(Err(s)) => return Err(self.inner.transport_error(&s).await),
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let url = self.inner.url.clone();
+        tokio::spawn(async move {
+            loop {
+                let item = match stream.message().await {
+                    Ok(Some(m)) => match m.body {
+                        Some(locksmith_proto::server_message::Body::Lock(info)) => Ok(crate::convert::from_wire(info)),
+                        other => Err(Error::Protocol(format!("unexpected message on an observe stream: {other:?}"))),
+                    },
+                    Ok(None) => return,
+                    Err(s) => Err(Error::Unavailable { backend: url.clone(), message: status_message(&s) }),
+                };
+                let end = item.is_err();
+                if tx.send(item).await.is_err() || end {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
     }
 
     /// One lock, or every lock the server lets this client observe: the server answers a

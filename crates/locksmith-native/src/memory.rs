@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use locksmith_core::{Backend, LockName, LockStatus, Result, Session};
+use locksmith_core::{Backend, HoldMode, LockName, LockStatus, Result, Session};
 use locksmith_server::machine::Limits;
 use locksmith_server::Service;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -107,5 +107,32 @@ impl Backend for MemoryBackend {
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let views = self.inner.service().status(name.cloned()).await?;
         Ok(views.into_iter().map(crate::convert::from_view).collect())
+    }
+
+    /// Read locks and semaphores are served by the in-process server's own queue.
+    fn supports(&self, mode: HoldMode) -> bool {
+        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+    }
+
+    fn supports_election(&self) -> bool {
+        true
+    }
+
+    async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
+        let (to_observer, mut from_service) = tokio::sync::mpsc::unbounded_channel();
+        self.inner.service().observe(name.clone(), to_observer)?;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            while let Some(m) = from_service.recv().await {
+                let item = match m.body {
+                    Some(locksmith_proto::server_message::Body::Lock(info)) => Ok(crate::convert::from_wire(info)),
+                    other => Err(locksmith_core::Error::Protocol(format!("unexpected observe message: {other:?}"))),
+                };
+                if tx.send(item).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(rx)
     }
 }

@@ -66,7 +66,7 @@ use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use locksmith_core::driver::{millis, Backoff, CancelGuard, Jitter};
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result, Session};
 use locksmith_proto::client_message::Body as In;
 use locksmith_proto::server_message::Body as Out;
 use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
@@ -423,7 +423,9 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
                 let abandoned: Vec<(u64, (String, String))> =
                     st.abandoned.iter().map(|(id, key)| (*id, key.clone())).collect();
                 for (id, (name, owner)) in abandoned {
-                    let body = In::Acquire(locksmith_proto::Acquire { name, owner, wait: false, lock_delay_ms: 0 });
+                    // The hold, if it was granted, is found by (session, owner) whatever its kind;
+                    // if not, an exclusive no-wait ask queues nothing (and a grant is released).
+                    let body = In::Acquire(locksmith_proto::Acquire { name, owner, ..Default::default() });
                     let _ = t.tx.send(ClientMessage { id, body: Some(body) });
                     send_cancel(shared, &mut st, &t.tx, id);
                 }
@@ -513,11 +515,20 @@ impl Session for StreamSession {
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         let lock_delay_ms = req.lock_delay.map(millis).unwrap_or(0);
         let key = (req.name.as_str().to_string(), req.owner.clone());
+        let (shared, permits) = match req.mode {
+            HoldMode::Exclusive => (false, 0),
+            HoldMode::Shared => (true, 0),
+            HoldMode::Permit(n) => (false, n),
+            other => return Err(Error::Unsupported(format!("the native server offers no {other} holds"))),
+        };
         let body = In::Acquire(locksmith_proto::Acquire {
             name: req.name.as_str().to_string(),
             owner: req.owner,
             wait: req.wait,
             lock_delay_ms,
+            shared,
+            permits,
+            value: req.value.unwrap_or_default(),
         });
         match self.call(body, true, Some(key)).await? {
             Out::Granted(g) => {

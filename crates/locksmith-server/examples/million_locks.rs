@@ -60,14 +60,7 @@ fn machine_bytes_per_lock(n: usize) -> f64 {
     let owner = Owner::new("o").expect("owner");
     for i in 0..n {
         let lock = LockName::new(name(i)).expect("name");
-        let cmd = machine::Acquire {
-            session: s,
-            request: 0,
-            name: lock.clone(),
-            owner: owner.clone(),
-            wait: false,
-            lock_delay: Duration::ZERO,
-        };
+        let cmd = machine::Acquire::exclusive(s, 0, lock.clone(), owner.clone(), false);
         let Ok(machine::AcquireOutcome::Granted(token)) = m.acquire(t0, cmd) else { panic!("not granted") };
         m.release(t0, machine::Release { session: s, name: lock, owner: owner.clone(), token });
         if i % 4096 == 0 {
@@ -93,7 +86,7 @@ async fn fill(service: &Service, n: usize) {
     for start in (0..n).step_by(CHUNK) {
         let names: Vec<String> = (start..(start + CHUNK).min(n)).map(name).collect();
         for nm in &names {
-            send(id, Body::Acquire(Acquire { name: nm.clone(), owner: "o".into(), wait: false, lock_delay_ms: 0 }));
+            send(id, Body::Acquire(Acquire { name: nm.clone(), owner: "o".into(), ..Default::default() }));
             id += 1;
         }
         let mut tokens = Vec::with_capacity(names.len());

@@ -73,6 +73,30 @@ impl Locksmith for Grpc {
         Ok(Response::new(Box::pin(out)))
     }
 
+    type ObserveStream = Outbound;
+
+    /// Follows one lock: its state now and after every change of its holders.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it awaits nothing; the service feeds the stream until the client drops it.
+    async fn observe(&self, request: Request<StatusRequest>) -> Result<Response<Outbound>, Status> {
+        let principal = self.principal(&request)?;
+        let name = match pb_impl::status_query(request.into_inner()) {
+            Ok(StatusQuery::One(name)) => name,
+            Ok(_) => return Err(Status::invalid_argument("observe needs a lock name")),
+            Err(e) => return Err(Status::invalid_argument(e.to_string())),
+        };
+        if let Some(p) = &principal {
+            if !p.may_observe(name.as_str()) {
+                return Err(Status::permission_denied(format!("{} may not observe {:?}", p.name, name.as_str())));
+            }
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.service.observe(name, tx).map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
+        let out = UnboundedReceiverStream::new(rx).map(Ok);
+        Ok(Response::new(Box::pin(out)))
+    }
+
     /// One lock's state, or every lock's.
     ///
     /// # Cancel safety

@@ -46,6 +46,11 @@ pub(crate) enum Command {
         session: SessionId,
         conn: u64,
     },
+    /// Follow `name`: its state now and after every change of its holders, on `out`.
+    Observe {
+        name: LockName,
+        out: Outbox,
+    },
     Status {
         query: StatusQuery,
         /// Only locks it may observe (with an auth policy).
@@ -102,6 +107,7 @@ impl Service {
             msgs: Vec::new(),
             records: Vec::new(),
             principals: HashMap::new(),
+            observers: HashMap::new(),
         };
         let task = tokio::spawn(actor.run(rx, stop.clone()));
         (Self { tx, next_conn: Arc::new(AtomicU64::new(1)), stop }, task)
@@ -123,6 +129,20 @@ impl Service {
 
     pub(crate) fn send(&self, cmd: Command) -> bool {
         self.tx.send(cmd).is_ok()
+    }
+
+    /// Follows lock `name`: its state now, then after every change of its holders (each once
+    /// durable), as `ServerMessage`s whose body is `lock`, on `out`, until `out`'s receiver is
+    /// dropped.
+    ///
+    /// # Errors
+    /// [`ServerError::Stopped`]: the service has stopped.
+    pub fn observe(&self, name: LockName, out: Outbox) -> Result<(), ServerError> {
+        if self.send(Command::Observe { name, out }) {
+            Ok(())
+        } else {
+            Err(ServerError::Stopped)
+        }
     }
 
     /// Introspection: one lock, or (`None`) every lock, fetched page by page so the service
@@ -187,6 +207,8 @@ struct Actor {
     records: Vec<Record>,
     /// Who opened each session (with an auth policy), for the event log.
     principals: HashMap<SessionId, String>,
+    /// Observe streams by lock.
+    observers: HashMap<Box<str>, Vec<Outbox>>,
 }
 
 impl Actor {
@@ -241,9 +263,13 @@ impl Actor {
         }
     }
 
-    /// Moves what the machine emitted into the current batch, in order.
+    /// Moves what the machine emitted into the current batch, in order, and tells the observers
+    /// of the locks whose holders changed (after the records, so once they are durable).
     fn collect(&mut self) {
         self.records.extend(self.machine.take_records());
+        for name in self.machine.take_changed() {
+            self.notify(&name);
+        }
         for e in self.machine.take_effects() {
             let (session, m) = pb_impl::effect_message(&e);
             // The event log (an audit trail at debug level): who got which token, whose session
@@ -264,9 +290,44 @@ impl Actor {
         }
     }
 
+    /// Sends `name`'s state to each of its observers; forgets the ones that went away.
+    fn notify(&mut self, name: &str) {
+        let Some(outs) = self.observers.get_mut(name) else { return };
+        outs.retain(|o| !o.is_closed());
+        if outs.is_empty() {
+            self.observers.remove(name);
+            self.machine.watch(name, false);
+            return;
+        }
+        let view = self.machine.status(now(), Some(name)).pop();
+        let info = view
+            .map(locksmith_proto::LockInfo::from)
+            .unwrap_or_else(|| locksmith_proto::LockInfo { name: name.to_string(), ..Default::default() });
+        let m = ServerMessage { id: 0, body: Some(locksmith_proto::server_message::Body::Lock(info)) };
+        for out in outs.iter() {
+            self.msgs.push((out.clone(), m.clone()));
+        }
+    }
+
     fn handle(&mut self, cmd: Command) {
         let t = now();
         match cmd {
+            Command::Observe { name, out } => {
+                self.machine.tick(t);
+                self.collect();
+                let name: Box<str> = name.as_str().into();
+                self.machine.watch(&name, true);
+                self.observers.entry(name.clone()).or_default().push(out);
+                // The state now, to this observer only: the others saw it already.
+                let view = self.machine.status(t, Some(&name)).pop();
+                let info = view
+                    .map(locksmith_proto::LockInfo::from)
+                    .unwrap_or_else(|| locksmith_proto::LockInfo { name: name.to_string(), ..Default::default() });
+                let m = ServerMessage { id: 0, body: Some(locksmith_proto::server_message::Body::Lock(info)) };
+                if let Some(out) = self.observers.get(&name).and_then(|o| o.last()) {
+                    self.msgs.push((out.clone(), m));
+                }
+            }
             Command::Open { conn, id, open, out, reply } => {
                 // A new session gets a fresh secret; a resume presents the one it was given.
                 let principal = open.principal.clone();
@@ -380,9 +441,9 @@ impl Actor {
                 Ok(()) => Reply::KeepAlive,
                 Err(r) => Reply::Refused(r),
             },
-            Ok(Request::Acquire { name, owner, wait, lock_delay }) => {
+            Ok(Request::Acquire { name, owner, wait, lock_delay, mode, value }) => {
                 let lock = name.as_str().to_string();
-                let cmd = Acquire { session, request: id, name, owner, wait, lock_delay };
+                let cmd = Acquire { session, request: id, name, owner, wait, lock_delay, mode, value };
                 match self.machine.acquire(t, cmd) {
                     Ok(outcome) => {
                         if let AcquireOutcome::Granted(token) = outcome {
@@ -438,6 +499,7 @@ mod tests {
             msgs: Vec::new(),
             records: Vec::new(),
             principals: HashMap::new(),
+            observers: HashMap::new(),
         }
     }
 
@@ -474,6 +536,8 @@ mod tests {
             owner: Owner::new(owner).unwrap(),
             wait: true,
             lock_delay: Duration::ZERO,
+            mode: crate::machine::HoldMode::Exclusive,
+            value: None,
         });
         actor.handle(Command::Request { session, conn, id, request });
         actor.flush().unwrap();

@@ -311,6 +311,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::machine::HoldMode;
 
     fn records(bytes: &[u8]) -> Option<Vec<Record>> {
         decode_log(bytes).ok().map(|l| l.records)
@@ -320,7 +321,33 @@ mod tests {
         vec![
             Record::Boot { epoch: 3 },
             Record::Session { id: 7, ttl: Duration::from_secs(1), secret: Some([1; 32]) },
-            Record::Grant { name: "a".into(), session: 7, owner: "o".into(), token: 9, lock_delay: Duration::ZERO },
+            Record::Grant {
+                name: "a".into(),
+                session: 7,
+                owner: "o".into(),
+                token: 9,
+                lock_delay: Duration::ZERO,
+                mode: HoldMode::Exclusive,
+                value: None,
+            },
+            Record::Grant {
+                name: "r".into(),
+                session: 7,
+                owner: "o".into(),
+                token: 3,
+                lock_delay: Duration::ZERO,
+                mode: HoldMode::Shared,
+                value: Some("leader-1".into()),
+            },
+            Record::Grant {
+                name: "s".into(),
+                session: 7,
+                owner: "p".into(),
+                token: 4,
+                lock_delay: Duration::ZERO,
+                mode: HoldMode::Permit(3),
+                value: None,
+            },
             Record::Release { name: "a".into(), token: 9, delay: Duration::from_millis(5) },
             Record::Counter { name: "b".into(), token: 4, delay: Duration::ZERO },
             Record::SessionEnd { id: 7 },
@@ -400,6 +427,8 @@ mod tests {
                 owner: "host/42/0badcafe-1".into(),
                 token: 7,
                 lock_delay: ms(1_500),
+                mode: HoldMode::Exclusive,
+                value: None,
             },
             Record::Release { name: "jobs/nightly".into(), token: 7, delay: ms(1_500) },
             Record::Grant {
@@ -408,6 +437,8 @@ mod tests {
                 owner: "host/43/0badcafe-2".into(),
                 token: 8,
                 lock_delay: ms(250),
+                mode: HoldMode::Exclusive,
+                value: None,
             },
             Record::Counter { name: "ünïcode/☃".into(), token: 41, delay: ms(900) },
             Record::SessionEnd { id: s1 },

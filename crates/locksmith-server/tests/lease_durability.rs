@@ -28,14 +28,7 @@ fn limits() -> Limits {
 
 /// The acquire command of request `req` in session `s`: `name` as `owner`, no wait, no lock-delay.
 fn cmd(s: SessionId, req: u64, name: &str, owner: &str) -> Acquire {
-    Acquire {
-        session: s,
-        request: req,
-        name: LockName::new(name).unwrap(),
-        owner: Owner::new(owner).unwrap(),
-        wait: false,
-        lock_delay: Duration::ZERO,
-    }
+    Acquire::exclusive(s, req, LockName::new(name).unwrap(), Owner::new(owner).unwrap(), false)
 }
 
 /// The release command of the hold `(s, owner, token)` on `name`.

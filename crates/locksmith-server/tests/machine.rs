@@ -31,14 +31,7 @@ fn machine() -> Machine {
 
 /// The acquire command of request `req` in session `s`: `name` as `owner`, no wait, no lock-delay.
 fn cmd(s: SessionId, req: u64, name: &str, owner: &str) -> Acquire {
-    Acquire {
-        session: s,
-        request: req,
-        name: LockName::new(name).unwrap(),
-        owner: Owner::new(owner).unwrap(),
-        wait: false,
-        lock_delay: Duration::ZERO,
-    }
+    Acquire::exclusive(s, req, LockName::new(name).unwrap(), Owner::new(owner).unwrap(), false)
 }
 
 /// The release command of the hold `(s, owner, token)` on `name`.
@@ -797,7 +790,15 @@ fn grant_and_release_emit_records_with_the_right_durability() {
         vec![
             // The first token above the server-wide floor moves the floor first.
             Record::Floor { upto: FLOOR_BLOCK },
-            Record::Grant { name: "x".into(), session: s, owner: "own".into(), token: 1, lock_delay: ms(300) }
+            Record::Grant {
+                name: "x".into(),
+                session: s,
+                owner: "own".into(),
+                token: 1,
+                lock_delay: ms(300),
+                mode: HoldMode::Exclusive,
+                value: None
+            }
         ]
     );
     assert!(granted.iter().all(Record::needs_sync));

@@ -3,6 +3,7 @@
 
 use locksmith_proto::client_message::Body;
 use locksmith_proto::{Acquire, Cancel, ClientMessage, Close, KeepAlive, Open, Release};
+use locksmith_server::machine::HoldMode;
 use locksmith_server::pb_impl::{decode_open, decode_request, Invalid, Request};
 
 fn msg(id: u64, body: Body) -> ClientMessage {
@@ -10,7 +11,13 @@ fn msg(id: u64, body: Body) -> ClientMessage {
 }
 
 fn acquire(name: &str, owner: &str) -> Body {
-    Body::Acquire(Acquire { name: name.into(), owner: owner.into(), wait: true, lock_delay_ms: 250 })
+    Body::Acquire(Acquire {
+        name: name.into(),
+        owner: owner.into(),
+        wait: true,
+        lock_delay_ms: 250,
+        ..Default::default()
+    })
 }
 
 fn release(name: &str, owner: &str) -> Body {
@@ -56,10 +63,11 @@ fn acquire_decodes_into_a_validated_request() {
     let (id, req) = decode_request(msg(7, acquire("jobs/ünïcode", "host/42/0badcafe-1")));
     assert_eq!(id, 7);
     match req.unwrap() {
-        Request::Acquire { name, owner, wait, lock_delay } => {
+        Request::Acquire { name, owner, wait, lock_delay, mode, value } => {
             assert_eq!((name.as_str(), owner.as_str()), ("jobs/ünïcode", "host/42/0badcafe-1"));
             assert!(wait);
             assert_eq!(lock_delay.as_millis(), 250);
+            assert_eq!((mode, value), (HoldMode::Exclusive, None));
         }
         other => panic!("decoded as {other:?}"),
     }
@@ -93,4 +101,26 @@ fn bad_owners_are_refused() {
     assert!(matches!(req, Err(Invalid::Name(_))), "{req:?}");
     let (_, req) = decode_request(msg(1, acquire("x", "")));
     assert_eq!(req.unwrap_err().to_string(), "owner id must not be empty or contain control characters");
+}
+
+/// The kind of hold decodes from `shared` and `permits`; both at once, too many permits and a
+/// value that is too long are refused; a value travels with the acquire.
+#[test]
+fn hold_kinds_and_values_decode_and_are_checked() {
+    let with = |shared: bool, permits: u32, value: &str| {
+        let a =
+            Acquire { name: "x".into(), owner: "o".into(), shared, permits, value: value.into(), ..Default::default() };
+        decode_request(msg(1, Body::Acquire(a))).1
+    };
+    let mode = |r: Result<Request, Invalid>| match r {
+        Ok(Request::Acquire { mode, value, .. }) => Ok((mode, value)),
+        Ok(other) => panic!("{other:?}"),
+        Err(e) => Err(e),
+    };
+    assert_eq!(mode(with(true, 0, "")), Ok((HoldMode::Shared, None)));
+    assert_eq!(mode(with(false, 3, "")), Ok((HoldMode::Permit(3), None)));
+    assert_eq!(mode(with(false, 0, "10.0.0.7:80")), Ok((HoldMode::Exclusive, Some("10.0.0.7:80".into()))));
+    for bad in [with(true, 3, ""), with(false, 10_001, ""), with(false, 0, &"v".repeat(1025)), with(false, 0, "a\0b")] {
+        assert!(matches!(bad, Err(Invalid::Hold(_))), "{bad:?}");
+    }
 }

@@ -55,8 +55,8 @@ fn state(m: &Machine, now: Instant) -> State {
         match r {
             Record::Boot { .. } => {}
             Record::Session { id, ttl, .. } => assert!(s.sessions.insert((id, ttl))),
-            Record::Grant { name, session, owner, token, lock_delay } => {
-                s.counters.insert(name.clone(), token);
+            Record::Grant { name, session, owner, token, lock_delay, .. } => {
+                assert!(s.counters.get(&name).is_some_and(|c| *c >= token), "a grant before its lock's counter");
                 s.holders.insert((name, session, owner, token, lock_delay));
             }
             Record::Counter { name, token, .. } => assert!(s.counters.insert(name, token).is_none()),
@@ -77,14 +77,7 @@ fn state(m: &Machine, now: Instant) -> State {
 }
 
 fn acquire(s: SessionId, req: u64, name: &str, owner: &str, wait: bool, lock_delay: Duration) -> Acquire {
-    Acquire {
-        session: s,
-        request: req,
-        name: LockName::new(name).unwrap(),
-        owner: Owner::new(owner).unwrap(),
-        wait,
-        lock_delay,
-    }
+    Acquire { lock_delay, ..Acquire::exclusive(s, req, LockName::new(name).unwrap(), Owner::new(owner).unwrap(), wait) }
 }
 
 /// Random operations in `Grants` mode: after every step a twin that applied each emitted record

@@ -87,7 +87,7 @@ impl RawSession {
                     name: name.clone(),
                     owner: "raw".into(),
                     wait: false,
-                    lock_delay_ms: 0,
+                    ..Default::default()
                 }));
             }
             let mut tokens = Vec::with_capacity(part.len());
@@ -117,7 +117,7 @@ impl RawSession {
             let batch = chunk.max(1).min(n - queued);
             for i in 0..batch {
                 let owner = format!("w{}", queued + i);
-                self.send(In::Acquire(Acquire { name: name.into(), owner, wait: true, lock_delay_ms: 0 }));
+                self.send(In::Acquire(Acquire { name: name.into(), owner, wait: true, ..Default::default() }));
             }
             self.send(In::KeepAlive(locksmith_proto::KeepAlive {}));
             let mut refused = None;
@@ -146,7 +146,7 @@ impl RawSession {
     /// # Errors
     /// A refusal or another answer than a grant.
     pub async fn lock(&mut self, name: &str) -> Result<u64, RawRefusal> {
-        self.send(In::Acquire(Acquire { name: name.into(), owner: "raw".into(), wait: true, lock_delay_ms: 0 }));
+        self.send(In::Acquire(Acquire { name: name.into(), owner: "raw".into(), wait: true, ..Default::default() }));
         match self.answer().await? {
             Out::Granted(g) => Ok(g.token),
             other => Err(RawRefusal::Unexpected(format!("{other:?}"))),

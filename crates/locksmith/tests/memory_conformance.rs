@@ -11,3 +11,4 @@ fn memory() -> UrlTarget {
 }
 
 locksmith_core::conformance_suite!(memory());
+locksmith_core::primitives_suite!(memory());

@@ -36,7 +36,8 @@ impl Machine {
                 s.deadline = deadline;
                 self.deadlines.insert((deadline, *id));
             }
-            Record::Grant { name, session, owner, token, lock_delay } => {
+            Record::Grant { name, session, owner, token, lock_delay, mode, value } => {
+                self.touched(name);
                 let lock = lock_entry(&mut self.locks, name);
                 lock.counter = lock.counter.max(*token);
                 // A lock is granted only once its lock-delay is over.
@@ -45,24 +46,30 @@ impl Machine {
                     lock.settle();
                     return;
                 };
-                s.holds.insert(name.as_str().into());
-                let holder = Holder { session: *session, owner: owner.clone(), token: *token, lock_delay: *lock_delay };
-                if let Some(old) = lock.busy_mut().holder.replace(holder) {
-                    // Not on the live path (a hold is released before it is granted again).
-                    if old.session != *session {
-                        if let Some(s) = self.sessions.get_mut(&old.session) {
-                            s.holds.remove(name.as_str());
-                        }
+                s.holds.insert((name.as_str().into(), *token));
+                let holder = Holder {
+                    session: *session,
+                    owner: owner.clone(),
+                    token: *token,
+                    lock_delay: *lock_delay,
+                    mode: *mode,
+                    value: value.clone(),
+                };
+                // Not on the live path (a hold is released before one that excludes it is
+                // granted): holds a replayed log did not release.
+                for old in lock.add_holder(holder) {
+                    if let Some(s) = self.sessions.get_mut(&old.session) {
+                        s.holds.remove(&(name.as_str().into(), old.token));
                     }
                 }
             }
             Record::Release { name, token, delay } => {
+                self.touched(name);
                 let lock = lock_entry(&mut self.locks, name);
                 lock.counter = lock.counter.max(*token);
-                let held = lock.busy.as_mut().and_then(|b| b.holder.take_if(|h| h.token == *token));
-                if let Some(h) = held {
+                if let Some(h) = lock.remove_holder(*token) {
                     if let Some(s) = self.sessions.get_mut(&h.session) {
-                        s.holds.remove(name.as_str());
+                        s.holds.remove(&(name.as_str().into(), *token));
                     }
                     if !delay.is_zero() {
                         set_delay(&mut self.delays, lock, name, Some(now + *delay));
@@ -78,11 +85,9 @@ impl Machine {
                 }
                 // Holds the log did not release one by one (the live path releases each first,
                 // so this finds none there).
-                for name in s.holds {
+                for (name, token) in s.holds {
                     if let Some(lock) = self.locks.get_mut(&name) {
-                        if let Some(busy) = lock.busy.as_mut() {
-                            busy.holder.take_if(|h| h.session == *id);
-                        }
+                        lock.remove_holder(token);
                         lock.settle();
                     }
                 }

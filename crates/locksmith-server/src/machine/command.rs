@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use locksmith_core::LockName;
+use locksmith_core::{HoldMode, LockName};
 
 use super::SessionId;
 
@@ -24,8 +24,20 @@ pub struct Acquire {
     pub owner: Owner,
     /// Queue (FIFO) when the lock is not free, instead of answering busy.
     pub wait: bool,
-    /// Lock-delay to apply if the session expires while holding.
+    /// Lock-delay to apply if the session expires while holding (exclusive holds only).
     pub lock_delay: Duration,
+    /// The kind of hold: exclusive, shared (a reader), or one permit of a semaphore.
+    pub mode: HoldMode,
+    /// A value others see with the hold (an election's proposal).
+    pub value: Option<String>,
+}
+
+impl Acquire {
+    /// An exclusive acquire of `name` by `(session, owner)` as message `request`, waiting or
+    /// not, without lock-delay or value.
+    pub fn exclusive(session: SessionId, request: u64, name: LockName, owner: Owner, wait: bool) -> Self {
+        Self { session, request, name, owner, wait, lock_delay: Duration::ZERO, mode: HoldMode::Exclusive, value: None }
+    }
 }
 
 /// Release the hold `(session, owner, token)` on `name`.

@@ -46,10 +46,15 @@ use std::time::{Duration, Instant};
 
 mod apply;
 mod command;
+mod lock;
 mod record;
 mod restore;
 
+use lock::{Holder, Lock, Waiter};
+
 pub use command::{Acquire, InvalidOwner, Owner, Release};
+/// The kind of hold (exclusive, shared, permit of N), as `locksmith-core` defines it.
+pub use locksmith_core::HoldMode;
 /// Lock names, validated by `locksmith-core` (the same rules on every backend).
 pub use locksmith_core::LockName;
 pub use record::Record;
@@ -192,7 +197,8 @@ struct Session {
     /// secrets existed (it cannot be resumed).
     secret: Option<SecretDigest>,
     deadline: Instant,
-    holds: HashSet<Box<str>>,
+    /// Holds: `(lock, token)`; a session may hold several permits or read locks of one name.
+    holds: HashSet<(Box<str>, u64)>,
     /// Queued acquires: request id → where the waiter stands.
     waits: HashMap<u64, Wait>,
 }
@@ -204,87 +210,42 @@ struct Wait {
     seq: u64,
 }
 
-#[derive(Debug, Clone)]
-struct Holder {
-    session: SessionId,
-    owner: String,
-    token: u64,
-    lock_delay: Duration,
-}
-
-#[derive(Debug, Clone)]
-struct Waiter {
-    session: SessionId,
-    request: u64,
-    owner: String,
-    lock_delay: Duration,
-}
-
-/// A lock the machine knows. Its counters are kept forever; the rest only while it is busy.
-#[derive(Debug, Default)]
-struct Lock {
-    /// Last token issued; never decreases, never forgotten.
-    counter: u64,
-    /// [`Durability::Leases`]: highest token covered by a [`Record::Reserve`].
-    reserved: u64,
-    /// Holder, queue and lock-delay; `None` while there are none (most locks, most of the time).
-    busy: Option<Box<Busy>>,
-}
-
-/// What a lock has going on.
-#[derive(Debug, Default)]
-struct Busy {
-    holder: Option<Holder>,
-    /// Queued acquires in arrival order, keyed by a machine-wide sequence number: the head is
-    /// the first key, and a waiter is removed by its key (cancel, session end) in O(log n).
-    waiters: BTreeMap<u64, Waiter>,
-    delay_until: Option<Instant>,
-}
-
-impl Lock {
-    fn holder(&self) -> Option<&Holder> {
-        self.busy.as_ref().and_then(|b| b.holder.as_ref())
-    }
-
-    fn waiters(&self) -> usize {
-        self.busy.as_ref().map_or(0, |b| b.waiters.len())
-    }
-
-    fn delay_until(&self) -> Option<Instant> {
-        self.busy.as_ref().and_then(|b| b.delay_until)
-    }
-
-    /// Free now: no holder, nobody queued, no lock-delay.
-    fn is_free(&self) -> bool {
-        self.busy.as_ref().is_none_or(|b| b.holder.is_none() && b.waiters.is_empty() && b.delay_until.is_none())
-    }
-
-    fn busy_mut(&mut self) -> &mut Busy {
-        self.busy.get_or_insert_with(Default::default)
-    }
-
-    /// Drops the busy part once nothing is going on.
-    fn settle(&mut self) {
-        if self.is_free() {
-            self.busy = None;
-        }
-    }
-}
-
 /// A lock's state for introspection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LockView {
     /// Lock name.
     pub name: String,
-    /// `(session, owner, token, ttl left)` of the holder.
+    /// `(session, owner, token, ttl left)` of the holder (the first, when several hold it).
     pub holder: Option<(SessionId, String, u64, Duration)>,
+    /// Every holder, by token.
+    pub holders: Vec<HolderView>,
+    /// A semaphore's number of permits, while it is in use.
+    pub permits: Option<u32>,
     /// Queued waiters.
     pub waiters: u64,
     /// Last token issued.
     pub last_token: u64,
     /// Lock-delay left.
     pub delay_left: Option<Duration>,
+}
+
+/// One holder of a lock, for introspection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct HolderView {
+    /// Its session.
+    pub session: SessionId,
+    /// Its owner id.
+    pub owner: String,
+    /// Its fencing token.
+    pub token: u64,
+    /// Its session's TTL left.
+    pub ttl_left: Duration,
+    /// The kind of hold.
+    pub mode: HoldMode,
+    /// The value held with it (an election's proposal).
+    pub value: Option<String>,
 }
 
 /// One page of [`Machine::status_page`].
@@ -324,6 +285,10 @@ pub struct Machine {
     base: u64,
     records: Vec<Record>,
     effects: Vec<Effect>,
+    /// Locks someone observes, and those of them whose holders changed since
+    /// [`Machine::take_changed`].
+    watched: HashSet<Box<str>>,
+    changed: Vec<Box<str>>,
 }
 
 impl Machine {
@@ -345,6 +310,30 @@ impl Machine {
             base: 0,
             records: Vec::new(),
             effects: Vec::new(),
+            watched: HashSet::new(),
+            changed: Vec::new(),
+        }
+    }
+
+    /// Starts (`true`) or stops noting changes of `name`'s holders for [`Machine::take_changed`].
+    pub fn watch(&mut self, name: &str, on: bool) {
+        if on {
+            self.watched.insert(name.into());
+        } else {
+            self.watched.remove(name);
+        }
+    }
+
+    /// Takes the watched locks whose holders changed since the last call (each once, in the
+    /// order of their first change).
+    pub fn take_changed(&mut self) -> Vec<Box<str>> {
+        std::mem::take(&mut self.changed)
+    }
+
+    /// Notes a change of `name`'s holders if someone watches it.
+    fn touched(&mut self, name: &str) {
+        if !self.watched.is_empty() && self.watched.contains(name) && !self.changed.iter().any(|c| &**c == name) {
+            self.changed.push(name.into());
         }
     }
 
@@ -446,15 +435,17 @@ impl Machine {
         Ok(())
     }
 
-    /// Acquires `cmd.name` for `(cmd.session, cmd.owner)`: granted at once when the lock is
-    /// free (or already ours), otherwise busy, or queued as `cmd.request` if `cmd.wait`.
+    /// Acquires `cmd.name` for `(cmd.session, cmd.owner)` in `cmd.mode`: granted at once when
+    /// the hold fits the current holders and nobody is queued before it (or when it is already
+    /// ours), otherwise busy, or queued as `cmd.request` if `cmd.wait`.
     ///
     /// # Errors
-    /// Expired session, a lock-delay or owner id above the limits, a full queue, or a session
-    /// with too many holds and waits.
+    /// Expired session, a lock-delay or owner id above the limits, a lock-delay on a hold that is
+    /// not exclusive, a semaphore asked for with another number of permits (or as a lock), a full
+    /// queue, or a session with too many holds and waits.
     pub fn acquire(&mut self, now: Instant, cmd: Acquire) -> Result<AcquireOutcome, Refusal> {
         self.expire_due(now);
-        let Acquire { session, request, name, owner, wait, lock_delay } = cmd;
+        let Acquire { session, request, name, owner, wait, lock_delay, mode, value } = cmd;
         let Some(s) = self.sessions.get(&session) else {
             return Err(Refusal::SessionExpired);
         };
@@ -462,6 +453,11 @@ impl Machine {
         let queued_here = s.waits.get(&request).map(|w| &*w.name == name.as_str());
         if lock_delay > self.limits.max_lock_delay {
             return Err(Refusal::Invalid(format!("lock delay {lock_delay:?} above {:?}", self.limits.max_lock_delay)));
+        }
+        if !lock_delay.is_zero() && mode != HoldMode::Exclusive {
+            return Err(Refusal::Invalid(format!(
+                "a lock-delay applies to exclusive holds only, not to a {mode} hold"
+            )));
         }
         if owner.as_str().len() > self.limits.max_owner_len {
             return Err(Refusal::Invalid(format!(
@@ -472,13 +468,14 @@ impl Machine {
         }
         let name = name.as_str();
         let lock = self.locks.get(name);
-        if let Some(h) = lock.and_then(Lock::holder) {
-            if h.session == session && h.owner == owner.as_str() {
-                // Idempotent: a retried or resumed acquire of our own hold.
-                return Ok(AcquireOutcome::Granted(h.token));
-            }
+        if let Some(h) = lock.and_then(|l| l.hold_of(session, owner.as_str())) {
+            // Idempotent: a retried or resumed acquire of our own hold.
+            return Ok(AcquireOutcome::Granted(h.token));
         }
-        let free = lock.is_none_or(Lock::is_free);
+        if let Some(why) = lock.and_then(|l| l.refuses(mode)) {
+            return Err(Refusal::Invalid(format!("lock {name:?} {why}")));
+        }
+        let free = lock.is_none_or(|l| l.grants_now(mode, now));
         if !free && !wait {
             return Ok(AcquireOutcome::Busy);
         }
@@ -504,13 +501,13 @@ impl Machine {
         if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
             self.emit(now, Record::Horizon { ttl: self.horizon.0, lock_delay });
         }
+        let waiter = Waiter { session, request, owner: owner.into_string(), lock_delay, mode, value };
         if free {
-            let token = self.grant(now, name, session, owner.into_string(), lock_delay);
+            let token = self.grant(now, name, waiter);
             return Ok(AcquireOutcome::Granted(token));
         }
         let seq = self.next_seq;
         self.next_seq += 1;
-        let waiter = Waiter { session, request, owner: owner.into_string(), lock_delay };
         if let Some(lock) = self.locks.get_mut(name) {
             lock.busy_mut().waiters.insert(seq, waiter);
         }
@@ -521,15 +518,16 @@ impl Machine {
     }
 
     /// Releases the hold `(cmd.session, cmd.owner, cmd.token)` on `cmd.name` and hands the lock
-    /// to the next waiter. Returns whether that hold existed. Never touches anyone else's hold.
+    /// to the next waiters that now fit. Returns whether that hold existed. Never touches anyone
+    /// else's hold.
     pub fn release(&mut self, now: Instant, cmd: Release) -> bool {
         self.expire_due(now);
         let name = cmd.name.as_str();
         let ours = self
             .locks
             .get(name)
-            .and_then(Lock::holder)
-            .is_some_and(|h| h.session == cmd.session && h.owner == cmd.owner.as_str() && h.token == cmd.token);
+            .and_then(|l| l.hold(cmd.token))
+            .is_some_and(|h| h.session == cmd.session && h.owner == cmd.owner.as_str());
         if !ours {
             return false;
         }
@@ -597,16 +595,25 @@ impl Machine {
     }
 
     fn view(&self, now: Instant, name: &str, lock: &Lock) -> LockView {
+        let ttl_left = |session: SessionId| {
+            self.sessions.get(&session).map(|s| s.deadline.saturating_duration_since(now)).unwrap_or_default()
+        };
+        let holders: Vec<HolderView> = lock
+            .holders()
+            .map(|h| HolderView {
+                session: h.session,
+                owner: h.owner.clone(),
+                token: h.token,
+                ttl_left: ttl_left(h.session),
+                mode: h.mode,
+                value: h.value.clone(),
+            })
+            .collect();
         LockView {
             name: name.to_string(),
-            holder: lock.holder().map(|h| {
-                let left = self
-                    .sessions
-                    .get(&h.session)
-                    .map(|s| s.deadline.saturating_duration_since(now))
-                    .unwrap_or_default();
-                (h.session, h.owner.clone(), h.token, left)
-            }),
+            holder: holders.first().map(|h| (h.session, h.owner.clone(), h.token, h.ttl_left)),
+            holders,
+            permits: lock.permits(),
             waiters: lock.waiters() as u64,
             last_token: lock.counter,
             delay_left: lock.delay_until().map(|t| t.saturating_duration_since(now)),
@@ -627,8 +634,9 @@ impl Machine {
         }
     }
 
-    /// Grants a free `name` to `(session, owner)` with the next token; returns the token.
-    fn grant(&mut self, now: Instant, name: &str, session: SessionId, owner: String, lock_delay: Duration) -> u64 {
+    /// Grants `name` to the waiter `w` (asked now, or the head of the queue) with the next
+    /// token; returns the token.
+    fn grant(&mut self, now: Instant, name: &str, w: Waiter) -> u64 {
         let (counter, reserved) = self.locks.get(name).map_or((0, 0), |l| (l.counter, l.reserved));
         let token = counter.max(self.base) + 1;
         if token > self.floor {
@@ -640,26 +648,27 @@ impl Machine {
             // Synced before the grant is answered: a restart continues above the block.
             self.emit(now, Record::Reserve { name: name.to_owned(), upto: token + RESERVE_BLOCK - 1 });
         }
-        self.emit(now, Record::Grant { name: name.to_owned(), session, owner, token, lock_delay });
+        let Waiter { session, owner, lock_delay, mode, value, .. } = w;
+        self.emit(now, Record::Grant { name: name.to_owned(), session, owner, token, lock_delay, mode, value });
         token
     }
 
-    /// Hands a free lock to the head of its queue.
+    /// Hands `name` to as many waiters from the head of its queue as now fit (one writer, a run
+    /// of readers, free permits).
     fn grant_next(&mut self, now: Instant, name: &str) {
-        let Some(lock) = self.locks.get_mut(name) else { return };
-        let Some(busy) = lock.busy.as_mut() else { return };
-        if busy.holder.is_some() || busy.delay_until.is_some_and(|t| t > now) {
-            return;
+        loop {
+            let Some(lock) = self.locks.get_mut(name) else { return };
+            let Some(w) = lock.pop_admitted(now) else {
+                lock.settle();
+                return;
+            };
+            if let Some(s) = self.sessions.get_mut(&w.session) {
+                s.waits.remove(&w.request);
+            }
+            let (session, request) = (w.session, w.request);
+            let token = self.grant(now, name, w);
+            self.effects.push(Effect::Granted { session, request, token });
         }
-        let Some((_, w)) = busy.waiters.pop_first() else {
-            lock.settle();
-            return;
-        };
-        if let Some(s) = self.sessions.get_mut(&w.session) {
-            s.waits.remove(&w.request);
-        }
-        let token = self.grant(now, name, w.session, w.owner, w.lock_delay);
-        self.effects.push(Effect::Granted { session: w.session, request: w.request, token });
     }
 
     fn expire_due(&mut self, now: Instant) {
@@ -695,12 +704,11 @@ impl Machine {
         for wait in waits.values() {
             self.drop_waiter(wait);
         }
-        for name in holds {
-            let Some(h) = self.locks.get(&name).and_then(Lock::holder).filter(|h| h.session == id) else {
+        for (name, token) in holds {
+            let Some(h) = self.locks.get(&name).and_then(|l| l.hold(token)).filter(|h| h.session == id) else {
                 continue;
             };
             let delay = if expired { h.lock_delay } else { Duration::ZERO };
-            let token = h.token;
             self.emit(now, Record::Release { name: name.to_string(), token, delay });
             self.grant_next(now, &name);
         }

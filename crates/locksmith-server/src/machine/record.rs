@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Durability, SecretDigest, SessionId};
+use super::{Durability, HoldMode, SecretDigest, SessionId};
 
 /// A state change of the machine, in the order it happened: what the write-ahead log stores
 /// (in [`Durability::Grants`]; [`Durability::Leases`] keeps only [`Record::Boot`],
@@ -43,6 +43,10 @@ pub enum Record {
         token: u64,
         /// Lock-delay to apply if the session expires while holding.
         lock_delay: Duration,
+        /// The kind of hold.
+        mode: HoldMode,
+        /// The value held with it (an election's proposal).
+        value: Option<String>,
     },
     /// The hold with this token was released (`delay` > 0 when freed by expiry with lock-delay).
     Release {

@@ -65,7 +65,7 @@ impl Machine {
                 self.horizon.0 = self.horizon.0.max(s.ttl);
             }
             for lock in self.locks.values_mut() {
-                if let Some(h) = lock.busy.as_mut().and_then(|b| b.holder.take()) {
+                for h in lock.clear_holders() {
                     self.horizon.1 = self.horizon.1.max(h.lock_delay);
                 }
                 lock.settle();
@@ -80,7 +80,8 @@ impl Machine {
         if leases_log || durability == Durability::Leases {
             let quiet = self.horizon.0 + self.horizon.1;
             if !quiet.is_zero() {
-                for (name, lock) in self.locks.iter_mut().filter(|(_, l)| l.counter > 0 && l.holder().is_none()) {
+                for (name, lock) in self.locks.iter_mut().filter(|(_, l)| l.counter > 0 && l.holders().next().is_none())
+                {
                     let until = lock.delay_until().map_or(now + quiet, |t| t.max(now + quiet));
                     set_delay(&mut self.delays, lock, name, Some(until));
                 }
@@ -118,19 +119,23 @@ impl Machine {
             out.push(Record::Session { id: *id, ttl: s.ttl, secret: s.secret });
         }
         for (name, lock) in &self.locks {
-            match lock.holder() {
-                Some(h) => out.push(Record::Grant {
+            // The counter first: readers and permit holders may hold older tokens than the
+            // last one issued.
+            out.push(Record::Counter {
+                name: name.to_string(),
+                token: lock.counter,
+                delay: delay_left(lock.delay_until()),
+            });
+            for h in lock.holders() {
+                out.push(Record::Grant {
                     name: name.to_string(),
                     session: h.session,
                     owner: h.owner.clone(),
                     token: h.token,
                     lock_delay: h.lock_delay,
-                }),
-                None => out.push(Record::Counter {
-                    name: name.to_string(),
-                    token: lock.counter,
-                    delay: delay_left(lock.delay_until()),
-                }),
+                    mode: h.mode,
+                    value: h.value.clone(),
+                });
             }
         }
         out

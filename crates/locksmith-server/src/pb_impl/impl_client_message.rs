@@ -41,7 +41,7 @@ pub fn decode_open(msg: ClientMessage) -> (u64, Result<Open, Invalid>) {
 /// use locksmith_server::pb_impl::{decode_request, Invalid, Request};
 /// let acquire = |name: &str, owner: &str| ClientMessage {
 ///     id: 7,
-///     body: Some(Body::Acquire(Acquire { name: name.into(), owner: owner.into(), wait: true, lock_delay_ms: 0 })),
+///     body: Some(Body::Acquire(Acquire { name: name.into(), owner: owner.into(), wait: true, ..Default::default() })),
 /// };
 /// assert!(matches!(decode_request(acquire("jobs/nightly", "worker-1")), (7, Ok(Request::Acquire { .. }))));
 /// assert!(matches!(decode_request(acquire("", "worker-1")), (7, Err(Invalid::Name(_)))));
@@ -62,12 +62,17 @@ pub fn decode_request(msg: ClientMessage) -> (u64, Result<Request, Invalid>) {
 
 /// The name first, then the owner: the order in which errors were always reported.
 fn acquire(a: locksmith_proto::Acquire) -> Result<Request, Invalid> {
-    Ok(Request::Acquire {
-        name: lock_name(a.name)?,
-        owner: Owner::new(a.owner)?,
-        wait: a.wait,
-        lock_delay: Duration::from_millis(a.lock_delay_ms),
-    })
+    let name = lock_name(a.name)?;
+    let owner = Owner::new(a.owner)?;
+    let mode = super::mode_from_wire(a.shared, a.permits)?;
+    if a.value.len() > locksmith_core::MAX_VALUE_LEN || a.value.contains('\0') {
+        return Err(Invalid::Hold(format!(
+            "a hold's value is at most {} bytes without NUL characters",
+            locksmith_core::MAX_VALUE_LEN
+        )));
+    }
+    let value = (!a.value.is_empty()).then_some(a.value);
+    Ok(Request::Acquire { name, owner, wait: a.wait, lock_delay: Duration::from_millis(a.lock_delay_ms), mode, value })
 }
 
 fn release(r: locksmith_proto::Release) -> Result<Request, Invalid> {

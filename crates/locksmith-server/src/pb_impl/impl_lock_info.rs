@@ -1,6 +1,6 @@
 //! Status: `StatusRequest` → the lock it names; [`LockView`] → `LockInfo`.
 
-use locksmith_proto::{LockInfo, StatusRequest, StatusResponse};
+use locksmith_proto::{Holder, LockInfo, StatusRequest, StatusResponse};
 
 use super::impl_client_message::lock_name;
 use super::impl_server_message::ms;
@@ -64,6 +64,22 @@ impl From<LockView> for LockInfo {
             Some((s, o, t, left)) => (true, s, o, t, ms(left)),
             None => (false, 0, String::new(), 0, 0),
         };
+        let holders = v
+            .holders
+            .into_iter()
+            .map(|h| {
+                let (shared, permits) = super::mode_to_wire(h.mode);
+                Holder {
+                    session: h.session,
+                    owner: h.owner,
+                    token: h.token,
+                    ttl_left_ms: ms(h.ttl_left),
+                    shared,
+                    permits,
+                    value: h.value.unwrap_or_default(),
+                }
+            })
+            .collect();
         LockInfo {
             name: v.name,
             held,
@@ -74,6 +90,8 @@ impl From<LockView> for LockInfo {
             waiters: v.waiters,
             last_token: v.last_token,
             lock_delay_left_ms: v.delay_left.map(ms).unwrap_or(0),
+            holders,
+            permits: v.permits.unwrap_or(0),
         }
     }
 }

@@ -16,13 +16,19 @@ pub(crate) fn to_wal(r: &Record) -> wal::Record {
             ttl_ms: ms(*ttl),
             secret_digest: secret.map(|d| d.to_vec()).unwrap_or_default(),
         }),
-        Record::Grant { name, session, owner, token, lock_delay } => Body::Grant(wal::Grant {
-            name: name.clone(),
-            session: *session,
-            owner: owner.clone(),
-            token: *token,
-            lock_delay_ms: ms(*lock_delay),
-        }),
+        Record::Grant { name, session, owner, token, lock_delay, mode, value } => {
+            let (shared, permits) = super::mode_to_wire(*mode);
+            Body::Grant(wal::Grant {
+                name: name.clone(),
+                session: *session,
+                owner: owner.clone(),
+                token: *token,
+                lock_delay_ms: ms(*lock_delay),
+                shared,
+                permits,
+                value: value.clone().unwrap_or_default(),
+            })
+        }
         Record::Release { name, token, delay } => {
             Body::Release(wal::Release { name: name.clone(), token: *token, delay_ms: ms(*delay) })
         }
@@ -53,6 +59,10 @@ pub(crate) fn from_wal(r: wal::Record) -> Option<Record> {
             owner: g.owner,
             token: g.token,
             lock_delay: d(g.lock_delay_ms),
+            // A log this server wrote has no record with both; a shared grant wins, as it
+            // excludes the fewest other holds on replay.
+            mode: super::mode_from_wire(g.shared, g.permits).unwrap_or(crate::machine::HoldMode::Shared),
+            value: (!g.value.is_empty()).then_some(g.value),
         },
         Body::Release(x) => Record::Release { name: x.name, token: x.token, delay: d(x.delay_ms) },
         Body::SessionEnd(id) => Record::SessionEnd { id },

@@ -18,7 +18,7 @@
 
 use std::time::Duration;
 
-use crate::machine::{InvalidOwner, LockName, Owner, SessionId};
+use crate::machine::{HoldMode, InvalidOwner, LockName, Owner, SessionId};
 
 mod impl_client_message;
 mod impl_lock_info;
@@ -62,6 +62,10 @@ pub enum Request {
         wait: bool,
         /// Lock-delay if the session expires while holding.
         lock_delay: Duration,
+        /// The kind of hold.
+        mode: HoldMode,
+        /// A value shown with the hold (an election's proposal).
+        value: Option<String>,
     },
     /// Release a hold (see [`Release`](crate::machine::Release)).
     Release {
@@ -101,7 +105,33 @@ pub enum Invalid {
     /// The owner id is empty or has a control character.
     #[error(transparent)]
     Owner(#[from] InvalidOwner),
+    /// A hold's kind or value breaks the rules (both shared and permits, too many permits, a
+    /// value too long).
+    #[error("invalid hold: {0}")]
+    Hold(String),
     /// The stream's principal may not do this (answered `PERMISSION_DENIED`).
     #[error("permission denied: {0}")]
     Forbidden(String),
+}
+
+/// `(shared, permits)` of a hold's kind on the wire: both unset for the exclusive hold.
+pub(crate) fn mode_to_wire(mode: HoldMode) -> (bool, u32) {
+    match mode {
+        HoldMode::Shared => (true, 0),
+        HoldMode::Permit(n) => (false, n),
+        _ => (false, 0),
+    }
+}
+
+/// The kind of hold `(shared, permits)` says, or why it says none.
+pub(crate) fn mode_from_wire(shared: bool, permits: u32) -> Result<HoldMode, Invalid> {
+    match (shared, permits) {
+        (false, 0) => Ok(HoldMode::Exclusive),
+        (true, 0) => Ok(HoldMode::Shared),
+        (false, n) if n <= locksmith_core::MAX_PERMITS => Ok(HoldMode::Permit(n)),
+        (false, n) => {
+            Err(Invalid::Hold(format!("a semaphore has at most {} permits, not {n}", locksmith_core::MAX_PERMITS)))
+        }
+        (true, _) => Err(Invalid::Hold("a hold is either shared or a permit, not both".into())),
+    }
 }

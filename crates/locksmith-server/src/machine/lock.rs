@@ -1,0 +1,217 @@
+//! One lock's state: its counters, kept forever, and — only while something is going on — its
+//! holders, its queue and its lock-delay. The rules of which holds go together live here:
+//!
+//! - exclusive: nobody else holds the name (the mutex, or a read/write lock's writer);
+//! - shared: only other shared holders (a read/write lock's readers);
+//! - permit of N: at most N permit holders (a semaphore), and everyone asks for the same N while
+//!   the semaphore is in use.
+//!
+//! The queue is first come, first served whatever the kind: a waiter is admitted only when it
+//! is at the head, so readers arriving after a queued writer wait behind it (no writer
+//! starvation), and a release admits as many waiters from the head as now fit.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use locksmith_core::HoldMode;
+
+use super::SessionId;
+
+#[derive(Debug, Clone)]
+pub(super) struct Holder {
+    pub(super) session: SessionId,
+    pub(super) owner: String,
+    pub(super) token: u64,
+    pub(super) lock_delay: Duration,
+    pub(super) mode: HoldMode,
+    pub(super) value: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(super) struct Waiter {
+    pub(super) session: SessionId,
+    pub(super) request: u64,
+    pub(super) owner: String,
+    pub(super) lock_delay: Duration,
+    pub(super) mode: HoldMode,
+    pub(super) value: Option<String>,
+}
+
+/// A lock the machine knows. Its counters are kept forever; the rest only while it is busy.
+#[derive(Debug, Default)]
+pub(super) struct Lock {
+    /// Last token issued; never decreases, never forgotten.
+    pub(super) counter: u64,
+    /// [`Durability::Leases`](super::Durability::Leases): highest token covered by a
+    /// [`Record::Reserve`](super::Record::Reserve).
+    pub(super) reserved: u64,
+    /// Holders, queue and lock-delay; `None` while there are none (most locks, most of the time).
+    pub(super) busy: Option<Box<Busy>>,
+}
+
+/// What a lock has going on.
+#[derive(Debug, Default)]
+pub(super) struct Busy {
+    /// Holders by token.
+    holders: BTreeMap<u64, Holder>,
+    /// The token of each session's and owner's hold, so "is this ours already?" is a lookup even
+    /// with thousands of readers.
+    owners: HashMap<SessionId, HashMap<String, u64>>,
+    /// Queued acquires in arrival order, keyed by a machine-wide sequence number: the head is
+    /// the first key, and a waiter is removed by its key (cancel, session end) in O(log n).
+    pub(super) waiters: BTreeMap<u64, Waiter>,
+    pub(super) delay_until: Option<Instant>,
+}
+
+impl Busy {
+    /// Whether a hold of `mode` can join the current holders (the queue aside).
+    fn admits(&self, mode: HoldMode, now: Instant) -> bool {
+        if self.delay_until.is_some_and(|t| t > now) {
+            return false;
+        }
+        let first = self.holders.values().next().map(|h| h.mode);
+        match mode {
+            HoldMode::Exclusive => first.is_none(),
+            HoldMode::Shared => first.is_none_or(|m| m == HoldMode::Shared),
+            HoldMode::Permit(n) => self.holders.len() < n as usize,
+            // Modes this server does not know are refused before they get here.
+            _ => false,
+        }
+    }
+
+    /// The semaphore's number of permits while it is in use.
+    fn permits(&self) -> Option<u32> {
+        let first = self.holders.values().map(|h| h.mode).chain(self.waiters.values().map(|w| w.mode)).next();
+        match first {
+            Some(HoldMode::Permit(n)) => Some(n),
+            _ => None,
+        }
+    }
+
+    /// The kind of holds and waits on the lock now, if any.
+    fn in_use_as(&self) -> Option<HoldMode> {
+        self.holders.values().map(|h| h.mode).chain(self.waiters.values().map(|w| w.mode)).next()
+    }
+}
+
+impl Lock {
+    /// The hold of `(session, owner)`, if it has one.
+    pub(super) fn hold_of(&self, session: SessionId, owner: &str) -> Option<&Holder> {
+        let busy = self.busy.as_ref()?;
+        let token = busy.owners.get(&session)?.get(owner)?;
+        busy.holders.get(token)
+    }
+
+    /// The hold with `token`, if it is still held.
+    pub(super) fn hold(&self, token: u64) -> Option<&Holder> {
+        self.busy.as_ref()?.holders.get(&token)
+    }
+
+    /// Every holder, by token.
+    pub(super) fn holders(&self) -> impl Iterator<Item = &Holder> {
+        self.busy.iter().flat_map(|b| b.holders.values())
+    }
+
+    pub(super) fn waiters(&self) -> usize {
+        self.busy.as_ref().map_or(0, |b| b.waiters.len())
+    }
+
+    pub(super) fn delay_until(&self) -> Option<Instant> {
+        self.busy.as_ref().and_then(|b| b.delay_until)
+    }
+
+    /// A semaphore's number of permits, while it is in use.
+    pub(super) fn permits(&self) -> Option<u32> {
+        self.busy.as_ref().and_then(|b| b.permits())
+    }
+
+    /// Nothing going on: no holder, nobody queued, no lock-delay.
+    pub(super) fn is_idle(&self) -> bool {
+        self.busy.as_ref().is_none_or(|b| b.holders.is_empty() && b.waiters.is_empty() && b.delay_until.is_none())
+    }
+
+    /// Whether a hold of `mode` would be granted now: it fits the holders and nobody is queued
+    /// before it.
+    pub(super) fn grants_now(&self, mode: HoldMode, now: Instant) -> bool {
+        self.busy.as_ref().is_none_or(|b| b.waiters.is_empty() && b.admits(mode, now))
+    }
+
+    /// Why a hold of `mode` cannot be asked for on this lock at all (a semaphore asked for as a
+    /// lock, or with another number of permits), while it is in use.
+    pub(super) fn refuses(&self, mode: HoldMode) -> Option<String> {
+        let current = self.busy.as_ref()?.in_use_as()?;
+        match (current, mode) {
+            (HoldMode::Permit(n), HoldMode::Permit(m)) if n != m => {
+                Some(format!("is a semaphore of {n} permits now; asked for one of {m}"))
+            }
+            (HoldMode::Permit(n), HoldMode::Exclusive | HoldMode::Shared) => {
+                Some(format!("is a semaphore of {n} permits now, not a lock"))
+            }
+            (HoldMode::Exclusive | HoldMode::Shared, HoldMode::Permit(m)) => {
+                Some(format!("is in use as a lock now; asked for a permit of a {m}-permit semaphore"))
+            }
+            _ => None,
+        }
+    }
+
+    pub(super) fn busy_mut(&mut self) -> &mut Busy {
+        self.busy.get_or_insert_with(Default::default)
+    }
+
+    /// Adds a holder. An exclusive hold replaces any others (only a replayed log that lost
+    /// their releases can get here with others); the replaced ones are returned.
+    pub(super) fn add_holder(&mut self, holder: Holder) -> Vec<Holder> {
+        let busy = self.busy_mut();
+        let mut replaced = Vec::new();
+        if holder.mode == HoldMode::Exclusive || busy.holders.values().any(|h| h.mode == HoldMode::Exclusive) {
+            replaced.extend(std::mem::take(&mut busy.holders).into_values());
+            busy.owners.clear();
+        }
+        let mine = busy.owners.entry(holder.session).or_default();
+        if let Some(old) = mine.insert(holder.owner.clone(), holder.token) {
+            // The same owner again (a replay): its older hold is superseded.
+            replaced.extend(busy.holders.remove(&old));
+        }
+        busy.holders.insert(holder.token, holder);
+        replaced
+    }
+
+    /// Removes the hold with `token`.
+    pub(super) fn remove_holder(&mut self, token: u64) -> Option<Holder> {
+        let busy = self.busy.as_mut()?;
+        let h = busy.holders.remove(&token)?;
+        if let Some(mine) = busy.owners.get_mut(&h.session) {
+            if mine.get(&h.owner) == Some(&token) {
+                mine.remove(&h.owner);
+            }
+            if mine.is_empty() {
+                busy.owners.remove(&h.session);
+            }
+        }
+        Some(h)
+    }
+
+    /// Removes every holder (a restart that does not keep them).
+    pub(super) fn clear_holders(&mut self) -> Vec<Holder> {
+        let Some(busy) = self.busy.as_mut() else { return Vec::new() };
+        busy.owners.clear();
+        std::mem::take(&mut busy.holders).into_values().collect()
+    }
+
+    /// Takes the head of the queue if it can be granted now.
+    pub(super) fn pop_admitted(&mut self, now: Instant) -> Option<Waiter> {
+        let busy = self.busy.as_mut()?;
+        let (_, head) = busy.waiters.first_key_value()?;
+        if !busy.admits(head.mode, now) {
+            return None;
+        }
+        busy.waiters.pop_first().map(|(_, w)| w)
+    }
+
+    /// Drops the busy part once nothing is going on.
+    pub(super) fn settle(&mut self) {
+        if self.is_idle() {
+            self.busy = None;
+        }
+    }
+}

@@ -1,4 +1,4 @@
-//! The `locksmith` command line: `serve`, `run`, `status`, `bench`, `chaos`, `sql`. Each command is one module
+//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `bench`, `chaos`, `sql`. Each command is one module
 //! (`bench` is the `locksmith-bench` crate, `chaos` the `locksmith-chaos` crate); this file only
 //! parses arguments and sets up logging and the runtime.
 //!
@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod elect;
 pub mod run;
 pub mod serve;
 #[cfg(feature = "sql")]
@@ -43,6 +44,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// Acquire a lock, run a command under it, release it when the command exits.
     Run(run::RunArgs),
+    /// Campaign in a leader election and run a command while leading, or observe the leader.
+    Elect(elect::ElectArgs),
     /// Show holder, token, waiters and TTL left of one lock or of all.
     Status(status::StatusArgs),
     /// Print a new bearer token for the native server, and the line its policy file lists.
@@ -118,6 +121,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(a) => serve::serve(a).await,
             Command::Run(a) => run::run(a).await,
+            Command::Elect(a) => elect::elect(a).await,
             Command::Status(a) => status::status(a).await,
             Command::Token => token(),
             #[cfg(feature = "bench")]

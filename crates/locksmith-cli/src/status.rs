@@ -58,8 +58,8 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let rows: Vec<[String; 7]> = locks.iter().map(table_row).collect();
-    let header = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT"].map(String::from);
+    let rows: Vec<[String; 8]> = locks.iter().flat_map(table_rows).collect();
+    let header = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT", "VALUE"].map(String::from);
     let mut widths = header.clone().map(|h| h.len());
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
@@ -71,7 +71,7 @@ pub async fn status(args: StatusArgs) -> ExitCode {
             .iter()
             .zip(widths)
             .enumerate()
-            .map(|(i, (cell, w))| if i >= 4 { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
+            .map(|(i, (cell, w))| if (4..7).contains(&i) { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
             .collect();
         println!("{}", line.join("  ").trim_end());
     }
@@ -83,25 +83,46 @@ fn or_dash<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
     v.map_or_else(|| "-".to_string(), f)
 }
 
-fn table_row(l: &LockStatus) -> [String; 7] {
+/// One row per holder (readers and permit holders each get theirs), or one for a free lock.
+fn table_rows(l: &LockStatus) -> Vec<[String; 8]> {
     let waiters = or_dash(l.waiters, |w| w.to_string());
-    match &l.holder {
-        Some(h) => [
-            l.name.clone(),
-            "held".into(),
-            h.owner.clone(),
-            h.session.clone(),
-            h.token.to_string(),
-            waiters,
-            or_dash(h.ttl_left, locksmith::format_duration),
-        ],
-        None => {
-            let state = match l.lock_delay_left {
-                Some(d) => format!("delayed {}", locksmith::format_duration(d)),
-                None => "free".into(),
+    if l.holders.is_empty() {
+        let state = match l.lock_delay_left {
+            Some(d) => format!("delayed {}", locksmith::format_duration(d)),
+            None => "free".into(),
+        };
+        let row =
+            [l.name.clone(), state, "-".into(), "-".into(), l.last_token.to_string(), waiters, "-".into(), "-".into()];
+        return vec![row];
+    }
+    let count = l.holders.len();
+    l.holders
+        .iter()
+        .map(|h| {
+            let state = match (h.mode, l.permits) {
+                (locksmith::HoldMode::Shared, _) => format!("read ({count})"),
+                (locksmith::HoldMode::Permit(n), _) => format!("permit {count}/{n}"),
+                _ => "held".into(),
             };
-            [l.name.clone(), state, "-".into(), "-".into(), l.last_token.to_string(), waiters, "-".into()]
-        }
+            [
+                l.name.clone(),
+                state,
+                h.owner.clone(),
+                h.session.clone(),
+                h.token.to_string(),
+                waiters.clone(),
+                or_dash(h.ttl_left, locksmith::format_duration),
+                h.value.clone().unwrap_or_else(|| "-".into()),
+            ]
+        })
+        .collect()
+}
+
+fn mode_name(mode: locksmith::HoldMode) -> &'static str {
+    match mode {
+        locksmith::HoldMode::Shared => "shared",
+        locksmith::HoldMode::Permit(_) => "permit",
+        _ => "exclusive",
     }
 }
 
@@ -116,5 +137,14 @@ fn json_row(l: &LockStatus) -> serde_json::Value {
         "waiters": l.waiters,
         "last_token": l.last_token,
         "lock_delay_left_ms": l.lock_delay_left.map(|d| d.as_millis() as u64),
+        "permits": l.permits,
+        "holders": l.holders.iter().map(|h| json!({
+            "session": h.session,
+            "owner": h.owner,
+            "token": h.token,
+            "ttl_left_ms": h.ttl_left.map(|d| d.as_millis() as u64),
+            "mode": mode_name(h.mode),
+            "value": h.value,
+        })).collect::<Vec<_>>(),
     })
 }

@@ -22,6 +22,8 @@ Examples:
   locksmith run nightly-report -- ./report.sh --date today
   locksmith run nightly-report --timeout 30s -- ./report.sh   # give up after 30 s of waiting
   locksmith run nightly-report --no-wait --quiet -- ./report.sh  # cron: skip if already running
+  locksmith run exports --permits 4 -- ./export.sh            # at most 4 exports at a time
+  locksmith run catalog --shared -- ./read-catalog.sh         # readers together, never with a writer
 
 The command runs in a process group of its own (the terminal's foreground when locksmith is);
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to locksmith are forwarded to that
@@ -79,6 +81,19 @@ pub struct RunArgs {
     /// SIGTERM and SIGKILL to the command's process group.
     #[arg(long, default_value = "5s", value_parser = crate::duration_arg)]
     pub kill_grace: Duration,
+    /// Hold one of N permits of a semaphore named NAME instead of the lock: at most N commands
+    /// run at a time (everyone must give the same N). A crashed holder's permit comes back when
+    /// its lease runs out.
+    #[arg(long, value_name = "N", conflicts_with = "shared", value_parser = clap::value_parser!(u32).range(1..=i64::from(locksmith::MAX_PERMITS)))]
+    pub permits: Option<u32>,
+    /// Hold NAME as a reader: other `--shared` commands may run at the same time, never one
+    /// holding it without `--shared` (the writer). Waiters are served in arrival order, so a
+    /// waiting writer is not starved by readers.
+    #[arg(long)]
+    pub shared: bool,
+    /// A value shown with the hold (`locksmith elect` sets it to the candidate's proposal).
+    #[arg(skip)]
+    pub value: Option<String>,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1.., value_name = "CMD")]
     pub command: Vec<String>,
@@ -134,6 +149,15 @@ pub async fn run(args: RunArgs) -> ExitCode {
         let mut opts = locksmith::LockOptions::new();
         if args.unfenced {
             opts = opts.allow_unfenced();
+        }
+        if let Some(n) = args.permits {
+            opts = opts.permits(n);
+        }
+        if args.shared {
+            opts = opts.shared();
+        }
+        if let Some(v) = &args.value {
+            opts = opts.value(v.clone());
         }
         match args.timeout {
             _ if args.no_wait => client.try_lock_with(&args.name, opts).await,

@@ -1,0 +1,153 @@
+//! `locksmith elect NAME [--value V] -- CMD`: campaign in an election and run CMD while leading
+//! (the others wait and take over when the leader goes); `locksmith elect NAME --observe`:
+//! print every change of leader.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::json;
+
+use crate::exit;
+use crate::run::RunArgs;
+
+/// Arguments of `locksmith elect`.
+#[derive(Debug, Args)]
+#[command(after_help = "Examples:
+  locksmith elect scheduler --value \"$(hostname):8080\" -- ./scheduler   # run while leading
+  locksmith elect scheduler --observe                                   # print each new leader
+  locksmith elect scheduler --observe --json                            # as JSON lines
+
+The leader's command runs as under `locksmith run` (its process group is stopped if leadership
+is lost) with LOCKSMITH_TOKEN set to its term: a number greater than every earlier leader's, to
+pass to anything that must reject a deposed leader. Observing needs a backend that can tell of
+changes (the native server and memory://). Exit codes as for `locksmith run`; --observe exits 0
+when interrupted.")]
+pub struct ElectArgs {
+    /// The election.
+    pub name: String,
+    /// Backend URL.
+    #[arg(long, env = "LOCKSMITH_BACKEND", default_value = crate::DEFAULT_BACKEND)]
+    pub backend: String,
+    /// The proposal observers see while this candidate leads (e.g. its address).
+    #[arg(long, default_value = "", conflicts_with = "observe")]
+    pub value: String,
+    /// Print the leader and every change of leader instead of campaigning.
+    #[arg(long)]
+    pub observe: bool,
+    /// With --observe: one JSON object per line.
+    #[arg(long, requires = "observe")]
+    pub json: bool,
+    /// Session lease; renewed about every TTL/3 while leading (100ms to 1h).
+    #[arg(long, default_value = "10s", value_parser = crate::ttl_arg)]
+    pub ttl: Duration,
+    /// Time between SIGTERM and SIGKILL to the command's process group when leadership is lost.
+    #[arg(long, default_value = "5s", value_parser = crate::duration_arg)]
+    pub kill_grace: Duration,
+    /// Bound on connecting to the backend (exit 69 when it passes).
+    #[arg(long, default_value = "10s", value_parser = crate::duration_arg)]
+    pub connect_timeout: Duration,
+    /// The command to run while leading, after `--`.
+    #[arg(last = true, num_args = 1.., value_name = "CMD", required_unless_present = "observe")]
+    pub command: Vec<String>,
+}
+
+/// Campaigns and runs the command while leading, or observes.
+///
+/// # Cancel safety
+/// As `locksmith run`: not meant to be cancelled mid-run.
+pub async fn elect(args: ElectArgs) -> ExitCode {
+    if args.observe {
+        return observe(args).await;
+    }
+    let run = RunArgs {
+        name: args.name,
+        backend: args.backend,
+        ttl: args.ttl,
+        timeout: None,
+        no_wait: false,
+        connect_timeout: args.connect_timeout,
+        quiet: false,
+        unfenced: false,
+        kill_grace: args.kill_grace,
+        permits: None,
+        shared: false,
+        value: Some(args.value),
+        command: args.command,
+    };
+    crate::run::run(run).await
+}
+
+async fn observe(args: ElectArgs) -> ExitCode {
+    if let Err(e) = locksmith::LockName::new(&args.name) {
+        return exit::report("elect", &e);
+    }
+    let client = match locksmith::connect_with_ttl(&args.backend, args.ttl).await {
+        Ok(c) => c,
+        Err(e) => return exit::report("elect", &e),
+    };
+    let mut leaders = match tokio::time::timeout(args.connect_timeout, client.observe(&args.name)).await {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return exit::report("elect", &e),
+        Err(_) => {
+            let e = locksmith::Error::Unavailable {
+                backend: client.backend().describe(),
+                message: format!("no answer within --connect-timeout {:?}", args.connect_timeout),
+            };
+            return exit::report("elect", &e);
+        }
+    };
+    let stop = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
+            (Ok(mut i), Ok(mut t)) => {
+                tokio::select! {
+                    _ = i.recv() => {}
+                    _ = t.recv() => {}
+                }
+            }
+            _ => std::future::pending().await,
+        }
+    };
+    tokio::pin!(stop);
+    loop {
+        let next = tokio::select! {
+            _ = &mut stop => return ExitCode::SUCCESS,
+            next = leaders.next() => next,
+        };
+        match next {
+            Some(Ok(leader)) => print_leader(&args.name, leader.as_ref(), args.json),
+            Some(Err(e)) => return exit::report("elect", &e),
+            None => {
+                let e = locksmith::Error::Unavailable {
+                    backend: client.backend().describe(),
+                    message: "the observation ended".into(),
+                };
+                return exit::report("elect", &e);
+            }
+        }
+    }
+}
+
+fn print_leader(name: &str, leader: Option<&locksmith::Leader>, as_json: bool) {
+    use std::io::Write;
+    let line = match (leader, as_json) {
+        (Some(l), true) => json!({
+            "election": name,
+            "term": l.term,
+            "value": l.value,
+            "session": l.session,
+            "owner": l.owner,
+        })
+        .to_string(),
+        (None, true) => json!({ "election": name, "term": null }).to_string(),
+        (Some(l), false) => {
+            format!("{name}: term {} leader {:?} (session {})", l.term, l.value.as_deref().unwrap_or(""), l.session)
+        }
+        (None, false) => format!("{name}: no leader"),
+    };
+    // Flushed per line: observers are read by other programs as changes happen.
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}

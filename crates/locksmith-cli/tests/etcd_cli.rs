@@ -225,3 +225,88 @@ async fn waiter_paused_past_its_ttl_never_runs_under_another_holder() {
         assert_eq!(l, if i % 2 == 0 { "enter" } else { "exit" }, "overlap at line {i}:\n{log}");
     }
 }
+
+/// Lines of a child's stdout as they come, read on a thread.
+fn lines_of(child: &mut locksmith_testkit::ChildProcess) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(out) = child.take_stdout() {
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    rx
+}
+
+/// Waits for a line that `matches`, within `secs` seconds.
+fn wait_line(rx: &std::sync::mpsc::Receiver<String>, secs: u64, matches: impl Fn(&str) -> bool) -> String {
+    let until = std::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(line) if matches(&line) => return line,
+            Ok(_) => {}
+            Err(e) => panic!("no matching line within {secs} s: {e}"),
+        }
+    }
+}
+
+/// `etcdctl elect` and `locksmith elect` campaign in one election (Go's `concurrency.Election`
+/// layout: `NAME/<lease>` keys whose value is the proposal, the oldest leads): etcdctl waits
+/// while locksmith leads and takes over when it resigns; `etcdctl elect -l` observes locksmith's
+/// proposal and `locksmith elect --observe` etcdctl's, with a higher term.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etcdctl_elect_and_locksmith_elect_share_one_election() {
+    use locksmith_testkit::spawn;
+    let server = EtcdServer::start();
+    let url = server.url();
+    let mut rust = {
+        let mut c = Command::new(BIN);
+        c.args(["elect", "interop-election", "--backend", &url, "--value", "rust-candidate", "--"])
+            .args(["sh", "-c", "echo term $LOCKSMITH_TOKEN; exec sleep 60"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        spawn("locksmith elect", &mut c)
+    };
+    let rust_out = lines_of(&mut rust);
+    let first: u64 = wait_line(&rust_out, 10, |l| l.starts_with("term ")).trim_start_matches("term ").parse().unwrap();
+
+    let mut listen = {
+        let mut c = server.etcdctl();
+        c.args(["elect", "-l", "interop-election"]).stdin(Stdio::null()).stdout(Stdio::piped());
+        spawn("etcdctl elect -l", &mut c)
+    };
+    let heard = lines_of(&mut listen);
+    wait_line(&heard, 10, |l| l == "rust-candidate");
+
+    let mut go = {
+        let mut c = server.etcdctl();
+        c.args(["elect", "interop-election", "go-candidate"]).stdin(Stdio::null()).stdout(Stdio::piped());
+        spawn("etcdctl elect", &mut c)
+    };
+    let go_out = lines_of(&mut go);
+    assert!(go_out.recv_timeout(Duration::from_millis(800)).is_err(), "etcdctl was elected while locksmith led");
+
+    let mut observer = {
+        let mut c = Command::new(BIN);
+        c.args(["elect", "interop-election", "--backend", &url, "--observe", "--json"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        spawn("locksmith elect --observe", &mut c)
+    };
+    let observed = lines_of(&mut observer);
+    let now: serde_json::Value = serde_json::from_str(&wait_line(&observed, 10, |_| true)).unwrap();
+    assert_eq!((now["term"].as_u64(), now["value"].as_str()), (Some(first), Some("rust-candidate")));
+
+    // locksmith resigns: its command ends, it releases, and etcdctl is elected.
+    rust.signal(nix::sys::signal::Signal::SIGTERM);
+    wait_line(&go_out, 10, |l| l == "go-candidate");
+    wait_line(&heard, 10, |l| l == "go-candidate");
+    let after: serde_json::Value =
+        serde_json::from_str(&wait_line(&observed, 10, |l| l.contains("go-candidate"))).unwrap();
+    assert!(after["term"].as_u64().unwrap_or(0) > first, "etcdctl's term {after} is not above {first}");
+    for p in [&mut go, &mut listen, &mut observer] {
+        p.kill9();
+    }
+}

@@ -109,7 +109,7 @@ use crate::session::EtcdSession;
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// etcd v3 as a locksmith backend (see the crate docs for the layout and fault model).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct EtcdBackend {
     shared: Arc<Shared>,
 }
@@ -352,6 +352,55 @@ impl locksmith_core::Backend for EtcdBackend {
     ///
     /// # Cancel safety
     /// Cancel safe: read only.
+    /// Go's `concurrency.Election`: the same keys as the mutex, the proposal as the value, so
+    /// `etcdctl elect` and locksmith campaign in one election.
+    fn supports_election(&self) -> bool {
+        true
+    }
+
+    /// A watch on the lock's prefix: after each change, the oldest key (the holder) is read
+    /// again and reported (Go's `Election.Observe` does the same).
+    async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
+        let mut c = self.shared.client().await?;
+        let pfx = prefix(name);
+        let first = self.shared.call(c.get_prefix(pfx.clone())).await?;
+        let rev = raw::pb::ResponseHeader::revision_of(first.header.as_ref());
+        let mut watch = self.shared.call(c.watch_prefix(pfx.clone(), rev + 1)).await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let backend = self.clone();
+        let name = name.clone();
+        tokio::spawn(async move {
+            let mut kvs = first.kvs;
+            loop {
+                kvs.sort_by_key(|kv| kv.create_revision);
+                let refs: Vec<&KeyValue> = kvs.iter().collect();
+                let status = backend.lock_status(&mut c, name.to_string(), &refs).await;
+                if tx.send(Ok(status)).await.is_err() {
+                    return;
+                }
+                match watch.message().await {
+                    Ok(Some(m)) if !m.canceled => {}
+                    Ok(_) => {
+                        let _ = tx.send(Err(backend.shared.unavailable("etcd watch ended"))).await;
+                        return;
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(backend.shared.error(e))).await;
+                        return;
+                    }
+                }
+                kvs = match backend.shared.call(c.get_prefix(pfx.clone())).await {
+                    Ok(r) => r.kvs,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+            }
+        });
+        Ok(rx)
+    }
+
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let mut c = self.shared.client().await?;
         let Some(name) = name else {
@@ -391,12 +440,14 @@ impl EtcdBackend {
             Err(_) => Duration::ZERO,
         };
         let token = u64::try_from(first.create_revision).unwrap_or(0);
+        let value = (!first.value.is_empty()).then(|| String::from_utf8_lossy(&first.value).into_owned());
         let holder = HolderStatus::new(
             format!("{:x}", first.lease),
             String::from_utf8_lossy(&first.key).into_owned(),
             token,
             ttl_left,
-        );
+        )
+        .with_mode(locksmith_core::HoldMode::Exclusive, value);
         let last = kvs.iter().map(|kv| kv.create_revision).max().unwrap_or(0);
         let waiters = u64::try_from(kvs.len()).unwrap_or(0).saturating_sub(1);
         LockStatus::new(name, Some(holder), waiters, u64::try_from(last).unwrap_or(0))

@@ -256,7 +256,24 @@ impl Client {
     /// # Cancel safety
     /// Cancel safe: dropping the watcher ends its stream.
     pub async fn watch(&mut self, key: impl Into<Vec<u8>>, start_revision: i64) -> Result<Watcher, Status> {
-        let create = WatchCreateRequest { key: key.into(), range_end: Vec::new(), start_revision };
+        self.watch_range(key.into(), Vec::new(), start_revision).await
+    }
+
+    /// Watches every key under `prefix` from `start_revision`.
+    ///
+    /// # Errors
+    /// The call's status.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the watcher ends its stream.
+    pub async fn watch_prefix(&mut self, prefix: impl Into<Vec<u8>>, start_revision: i64) -> Result<Watcher, Status> {
+        let prefix = prefix.into();
+        let end = prefix_end(&prefix);
+        self.watch_range(prefix, end, start_revision).await
+    }
+
+    async fn watch_range(&mut self, key: Vec<u8>, range_end: Vec<u8>, start_revision: i64) -> Result<Watcher, Status> {
+        let create = WatchCreateRequest { key, range_end, start_revision };
         let req = WatchRequest { request_union: Some(pb::watch_request::RequestUnion::CreateRequest(create)) };
         let mut retried = false;
         loop {

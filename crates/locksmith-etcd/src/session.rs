@@ -129,7 +129,9 @@ impl EtcdSession {
         let (my_rev, owner_rev) = loop {
             let txn = TxnRequest {
                 compare: vec![Compare::create_revision_is(key.as_str(), 0)],
-                success: vec![RequestOp::put(key.as_str(), "", self.lease), oldest()],
+                // The value is an election's proposal (Go's `Election.Campaign` writes it in
+                // the same layout); a lock's is empty, as `concurrency.Mutex` writes it.
+                success: vec![RequestOp::put(key.as_str(), req.value.as_deref().unwrap_or(""), self.lease), oldest()],
                 failure: vec![RequestOp::get(key.as_str()), oldest()],
             };
             pending.sent = true;

@@ -259,6 +259,15 @@ pub async fn primitives_are_offered_or_refused_clearly(t: &dyn Target) {
     c.close().await;
 }
 
+/// The election properties alone, for a backend that offers elections but not read locks or
+/// semaphores (etcd: Go's `concurrency.Election`).
+#[macro_export]
+macro_rules! election_suite {
+    ($make:expr) => {
+        $crate::primitives_suite!(@each $make; the_next_leader_has_a_higher_term_and_observers_see_both);
+    };
+}
+
 /// Expands one `#[tokio::test]` per property of the primitives beyond the mutex for the
 /// [`Target`] built by `$make` (a backend that offers read locks, semaphores and elections).
 #[macro_export]

@@ -10,7 +10,8 @@ use clap::{Args, ValueEnum};
 #[command(after_help = "Examples:
   locksmith bench                                        # the native server on 127.0.0.1:7531
   locksmith bench --backend locksmith://127.0.0.1:7531 --backend redis://127.0.0.1:6379 --rounds 3
-  locksmith bench --workloads uncontended,contended --json --plot bench.svg")]
+  locksmith bench --workloads uncontended,contended --json --plot bench.svg
+  locksmith bench --workloads semaphore,read-write --clients 8 --permits 3")]
 pub struct BenchArgs {
     /// Backend URL; repeat to compare backends (ratios are given to the first).
     #[arg(
@@ -20,9 +21,13 @@ pub struct BenchArgs {
         default_value = locksmith_cli_common::DEFAULT_BACKEND
     )]
     pub backends: Vec<String>,
-    /// Which workloads to run (comma-separated); all by default.
+    /// Which workloads to run (comma-separated); by default all but `semaphore` and
+    /// `read-write`, which only backends that offer them can run (the others show "-").
     #[arg(long, value_enum, value_delimiter = ',', default_value = "uncontended,contended,many,herd,baseline")]
     pub workloads: Vec<Workload>,
+    /// Semaphore workload: permits of the semaphore the `--clients` clients share.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub permits: u32,
     /// How long each workload runs, per backend and round.
     #[arg(long, default_value = "3s", value_parser = positive_duration)]
     pub duration: Duration,
@@ -69,6 +74,10 @@ pub enum Workload {
     Contended,
     /// `--locks` clients, each on a lock of its own.
     Many,
+    /// `--clients` clients sharing a semaphore of `--permits` permits.
+    Semaphore,
+    /// `--clients` clients on one read/write lock: one writer, the others readers.
+    ReadWrite,
     /// `--waiters` waiters on one lock, `--releases` hand-offs: wake-ups per release.
     Herd,
     /// The uncontended cycle of the plain recipe on the same server, without locksmith.

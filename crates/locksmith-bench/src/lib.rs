@@ -59,6 +59,7 @@ pub use args::{BenchArgs, Workload};
 pub use report::Figures;
 pub use workloads::WARMUP_CYCLES;
 
+use locksmith::LockOptions;
 use locksmith_cli_common::exit;
 use progress::Progress;
 use report::{workload_name, BackendReport, Report, Round};
@@ -154,7 +155,7 @@ async fn measure(
         progress.say(format!("round {}/{}: {} on {shown}", round + 1, args.rounds, workload_name(w)));
         match w {
             Workload::Uncontended => {
-                let names = vec![format!("{tag}-u")];
+                let names = vec![(format!("{tag}-u"), LockOptions::new())];
                 let run = workloads::workload(url, ttl, duration, names, WARMUP_CYCLES)
                     .await
                     .map_err(|f| ("uncontended", f))?;
@@ -162,15 +163,39 @@ async fn measure(
                 r.cycles = Some(run.cycle);
             }
             Workload::Contended => {
-                let names = vec![format!("{tag}-c"); args.clients as usize];
+                let names = vec![(format!("{tag}-c"), LockOptions::new()); args.clients as usize];
                 let run = workloads::workload(url, ttl, duration, names, 0).await.map_err(|f| ("contended", f))?;
                 r.figures.contended(&run);
                 r.contended_acquisitions = run.acquisitions;
             }
             Workload::Many => {
-                let names = (0..args.locks).map(|i| format!("{tag}-m{i}")).collect();
+                let names = (0..args.locks).map(|i| (format!("{tag}-m{i}"), LockOptions::new())).collect();
                 let run = workloads::workload(url, ttl, duration, names, 0).await.map_err(|f| ("many-locks", f))?;
                 r.figures.many_acq_per_sec = Some(run.rate());
+            }
+            Workload::Semaphore => {
+                let opts = LockOptions::new().permits(args.permits);
+                let names = vec![(format!("{tag}-s"), opts); args.clients as usize];
+                match workloads::workload(url, ttl, duration, names, 0).await {
+                    Ok(run) => r.figures.semaphore(&run),
+                    // A backend without semaphores shows "-" in the table; the bench goes on.
+                    Err(Failure::Backend(locksmith::Error::Unsupported(_))) => {}
+                    Err(f) => return Err(("semaphore", f)),
+                }
+            }
+            Workload::ReadWrite => {
+                // One writer, the other clients readers.
+                let names = (0..args.clients)
+                    .map(|i| {
+                        let opts = if i == 0 { LockOptions::new() } else { LockOptions::new().shared() };
+                        (format!("{tag}-rw"), opts)
+                    })
+                    .collect();
+                match workloads::workload(url, ttl, duration, names, 0).await {
+                    Ok(run) => r.figures.read_write(&run),
+                    Err(Failure::Backend(locksmith::Error::Unsupported(_))) => {}
+                    Err(f) => return Err(("read-write", f)),
+                }
             }
             Workload::Herd => {
                 let name = format!("{tag}-h");

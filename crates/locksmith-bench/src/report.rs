@@ -30,6 +30,14 @@ pub struct Figures {
     pub wait_p99_us: Option<f64>,
     /// Many-locks workload: acquisitions per second over all clients.
     pub many_acq_per_sec: Option<f64>,
+    /// Semaphore workload: permit acquisitions per second over all clients.
+    pub semaphore_acq_per_sec: Option<f64>,
+    /// Semaphore workload: fewest ÷ most acquisitions of one client.
+    pub semaphore_fairness: Option<f64>,
+    /// Read/write workload: acquisitions (reads and writes) per second over all clients.
+    pub rw_acq_per_sec: Option<f64>,
+    /// Read/write workload: fewest ÷ most acquisitions of one client (the writer included).
+    pub rw_fairness: Option<f64>,
     /// Herd workload: waiter wake-ups counted by the driver per release (1 is herd-free).
     pub herd_wakeups_per_release: Option<f64>,
     /// Herd workload: release call start → next waiter's `lock()` returned, median, µs.
@@ -67,6 +75,18 @@ impl Figures {
         self.wait_p99_us = p(&run.wait, 0.99);
     }
 
+    /// Fills in the semaphore figures.
+    pub(crate) fn semaphore(&mut self, run: &Run) {
+        self.semaphore_acq_per_sec = Some(run.rate());
+        self.semaphore_fairness = Some(run.fairness());
+    }
+
+    /// Fills in the read/write figures.
+    pub(crate) fn read_write(&mut self, run: &Run) {
+        self.rw_acq_per_sec = Some(run.rate());
+        self.rw_fairness = Some(run.fairness());
+    }
+
     /// Fills in the herd figures.
     pub(crate) fn herd(&mut self, herd: &Herd) {
         self.herd_wakeups_per_release = herd.wakeups_per_release;
@@ -95,6 +115,10 @@ impl Figures {
             wait_p50_us: m(|f| f.wait_p50_us),
             wait_p99_us: m(|f| f.wait_p99_us),
             many_acq_per_sec: m(|f| f.many_acq_per_sec),
+            semaphore_acq_per_sec: m(|f| f.semaphore_acq_per_sec),
+            semaphore_fairness: m(|f| f.semaphore_fairness),
+            rw_acq_per_sec: m(|f| f.rw_acq_per_sec),
+            rw_fairness: m(|f| f.rw_fairness),
             herd_wakeups_per_release: m(|f| f.herd_wakeups_per_release),
             herd_handoff_p50_us: m(|f| f.herd_handoff_p50_us),
             herd_handoff_p99_us: m(|f| f.herd_handoff_p99_us),
@@ -224,6 +248,8 @@ pub(crate) fn workload_name(w: Workload) -> &'static str {
         Workload::Uncontended => "uncontended",
         Workload::Contended => "contended",
         Workload::Many => "many",
+        Workload::Semaphore => "semaphore",
+        Workload::ReadWrite => "read-write",
         Workload::Herd => "herd",
         Workload::Baseline => "baseline",
     }

@@ -33,6 +33,15 @@ fn columns(args: &BenchArgs) -> Vec<Column> {
     if args.runs(Workload::Many) {
         cols.push(col(&format!("{0}×{0} acq/s", args.locks), |f| f.many_acq_per_sec, 0));
     }
+    if args.runs(Workload::Semaphore) {
+        cols.push(col(&format!("sem {}×{} acq/s", args.clients, args.permits), |f| f.semaphore_acq_per_sec, 0));
+        cols.push(col("sem fairness", |f| f.semaphore_fairness, 2));
+    }
+    if args.runs(Workload::ReadWrite) {
+        let readers = args.clients.saturating_sub(1);
+        cols.push(col(&format!("rw {readers}r+1w acq/s"), |f| f.rw_acq_per_sec, 0));
+        cols.push(col("rw fairness", |f| f.rw_fairness, 2));
+    }
     cols
 }
 

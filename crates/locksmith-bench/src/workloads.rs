@@ -1,9 +1,10 @@
-//! The timed workloads: uncontended cycle, contended hand-off, many locks. Each is a set of
-//! clients hammering lock→unlock cycles on names until a deadline.
+//! The timed workloads: uncontended cycle, contended hand-off, many locks, semaphore permits and
+//! a read/write lock. Each is a set of clients hammering lock→unlock cycles on names (each with
+//! its kind of hold) until a deadline.
 
 use std::time::Duration;
 
-use locksmith::Client;
+use locksmith::{Client, LockOptions};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
@@ -14,9 +15,9 @@ pub const WARMUP_CYCLES: u32 = 200;
 
 /// One lock→unlock cycle; returns how long the acquisition waited. Tokens are not used, so
 /// backends without fencing (Redlock) are measured too.
-async fn cycle(client: &Client, name: &str) -> Result<Duration, locksmith::Error> {
+async fn cycle(client: &Client, name: &str, opts: &LockOptions) -> Result<Duration, locksmith::Error> {
     let asked = Instant::now();
-    let guard = client.lock_with(name, locksmith::LockOptions::new().allow_unfenced()).await?;
+    let guard = client.lock_with(name, opts.clone().allow_unfenced()).await?;
     let waited = asked.elapsed();
     if guard.unlock().await? {
         Ok(waited)
@@ -26,11 +27,11 @@ async fn cycle(client: &Client, name: &str) -> Result<Duration, locksmith::Error
 }
 
 /// Lock→unlock cycles on `name` until `deadline`, checked after each cycle.
-async fn hammer(client: Client, name: String, deadline: Instant) -> Result<Tally, Failure> {
+async fn hammer(client: Client, (name, opts): (String, LockOptions), deadline: Instant) -> Result<Tally, Failure> {
     let mut tally = Tally::new()?;
     loop {
         let started = Instant::now();
-        let waited = cycle(&client, &name).await?;
+        let waited = cycle(&client, &name, &opts).await?;
         record(&mut tally.cycle, started.elapsed());
         record(&mut tally.wait, waited);
         tally.acquisitions += 1;
@@ -40,14 +41,15 @@ async fn hammer(client: Client, name: String, deadline: Instant) -> Result<Tally
     }
 }
 
-/// Runs one workload: a client per name in `names`, each hammering its name for `duration`.
+/// Runs one workload: a client per name in `names`, each hammering its name (with its kind of
+/// hold) for `duration`.
 /// Every client first opens its session and runs `warmup` unrecorded cycles; every client is
 /// closed at the end, whatever happened.
 pub(crate) async fn workload(
     url: &str,
     ttl: Duration,
     duration: Duration,
-    names: Vec<String>,
+    names: Vec<(String, LockOptions)>,
     warmup: u32,
 ) -> Result<Run, Failure> {
     let mut clients = Vec::with_capacity(names.len());
@@ -63,23 +65,23 @@ pub(crate) async fn workload(
 async fn prepare(
     url: &str,
     ttl: Duration,
-    names: &[String],
+    names: &[(String, LockOptions)],
     warmup: u32,
     clients: &mut Vec<Client>,
 ) -> Result<(), Failure> {
-    for name in names {
+    for (name, opts) in names {
         let client = locksmith::connect_with_ttl(url, ttl).await?;
         clients.push(client.clone());
         client.session_id().await?;
         for _ in 0..warmup {
-            cycle(&client, name).await?;
+            cycle(&client, name, opts).await?;
         }
     }
     Ok(())
 }
 
 /// Starts the clock and one worker per client; stops every worker on the first failure.
-async fn drive(clients: &[Client], names: Vec<String>, duration: Duration) -> Result<Run, Failure> {
+async fn drive(clients: &[Client], names: Vec<(String, LockOptions)>, duration: Duration) -> Result<Run, Failure> {
     let start = Instant::now();
     let deadline = start + duration;
     let mut workers = JoinSet::new();

@@ -14,7 +14,7 @@ use locksmith_proto::ClientMessage;
 use tokio::sync::oneshot;
 
 use crate::auth::Principal;
-use crate::outbox::StreamEnd;
+use crate::outbox::{OutboxWatch, StreamEnd};
 use crate::pb_impl::{self, Invalid, Reply, Request};
 use crate::service::{Command, Outbox, Service};
 use crate::telemetry::{self, Limit};
@@ -73,14 +73,17 @@ pub(crate) async fn serve_stream_as<S>(
     S: Stream<Item = Result<ClientMessage, InboundError>> + Unpin,
 {
     let conn = service.new_conn_id();
+    // Only the service holds the outbox once the session is open: its stream ends when the
+    // service lets go of it (a `Close`, an expiry, a takeover), not when this task does.
+    let watch = out.watch();
     let first = match tokio::time::timeout(open_timeout, inbound.next()).await {
         Ok(Some(Ok(first))) => first,
-        Ok(Some(Err(e))) => return ended(&out, None, e),
+        Ok(Some(Err(e))) => return ended(&watch, None, e),
         Ok(None) => return,
         Err(_) => {
             telemetry::limit_hit(Limit::OpenTimeout);
             tracing::debug!(peer = ?caller.peer, "session stream sent no open in time; ended");
-            return out.end_with(StreamEnd::NoOpen(open_timeout));
+            return watch.end_with(StreamEnd::NoOpen(open_timeout));
         }
     };
     let (id, open) = pb_impl::decode_open(first);
@@ -98,14 +101,14 @@ pub(crate) async fn serve_stream_as<S>(
         }
     };
     let (reply, opened) = oneshot::channel();
-    if !service.send(Command::Open { conn, id, open, out: out.clone(), reply }) {
-        return out.end_with(StreamEnd::Stopped);
+    if !service.send(Command::Open { conn, id, open, out, reply }) {
+        return watch.end_with(StreamEnd::Stopped);
     }
     let Ok(Some(session)) = opened.await else { return };
     loop {
         let next = tokio::select! {
             biased;
-            end = out.overflowed() => {
+            end = watch.overflowed() => {
                 let principal = caller.principal.as_ref().map_or("-", |p| p.name.as_str());
                 tracing::warn!(session, principal, peer = ?caller.peer, "{end}");
                 break;
@@ -123,11 +126,11 @@ pub(crate) async fn serve_stream_as<S>(
                     }
                 }
                 if !service.send(Command::Request { session, conn, id, request }) {
-                    return out.end_with(StreamEnd::Stopped);
+                    return watch.end_with(StreamEnd::Stopped);
                 }
             }
             Some(Err(e)) => {
-                ended(&out, Some(session), e);
+                ended(&watch, Some(session), e);
                 break;
             }
             None => break,
@@ -139,13 +142,13 @@ pub(crate) async fn serve_stream_as<S>(
 
 /// Ends the stream on an error of its transport; a client that sent something invalid is told
 /// what.
-fn ended(out: &Outbox, session: Option<u64>, e: InboundError) {
+fn ended(watch: &OutboxWatch, session: Option<u64>, e: InboundError) {
     match e {
         InboundError::Broken(e) => tracing::debug!(session, error = %e, "session stream broke"),
         InboundError::Invalid(why) => {
             telemetry::invalid_message();
             tracing::debug!(session, error = %why, "session stream sent an invalid message; ended");
-            out.end_with(StreamEnd::Invalid(why));
+            watch.end_with(StreamEnd::Invalid(why));
         }
     }
 }

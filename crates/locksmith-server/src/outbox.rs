@@ -106,6 +106,21 @@ impl Outbox {
         }
     }
 
+    /// A handle on the outbox's state that holds no sender: the stream still ends when every
+    /// sender is gone.
+    pub(crate) fn watch(&self) -> OutboxWatch {
+        OutboxWatch { shared: self.shared.clone() }
+    }
+}
+
+/// What a connection task keeps of its stream's [`Outbox`] once the service has it: the
+/// overflow signal and the way to say why the stream ends.
+#[derive(Debug, Clone)]
+pub(crate) struct OutboxWatch {
+    shared: Arc<Shared>,
+}
+
+impl OutboxWatch {
     /// Resolves once the outbox has overflowed (never for an unbounded one).
     ///
     /// # Cancel safety
@@ -207,7 +222,7 @@ mod tests {
         assert!(out.deliver(msg(1)));
         assert!(out.deliver(msg(2)));
         assert!(!out.deliver(msg(3)));
-        assert_eq!(out.overflowed().await, StreamEnd::NotReading { queued: 2 });
+        assert_eq!(out.watch().overflowed().await, StreamEnd::NotReading { queued: 2 });
         assert!(!out.deliver(msg(4)), "queued after the overflow");
         let end = rx.next().await.unwrap().unwrap_err();
         assert_eq!(end, StreamEnd::NotReading { queued: 2 });
@@ -221,8 +236,8 @@ mod tests {
     async fn an_end_reason_follows_the_queued_messages() {
         let (out, mut rx) = Outbox::bounded(8);
         out.deliver(msg(1));
-        out.end_with(StreamEnd::Invalid("bad".into()));
-        out.end_with(StreamEnd::Stopped);
+        out.watch().end_with(StreamEnd::Invalid("bad".into()));
+        out.watch().end_with(StreamEnd::Stopped);
         drop(out);
         assert_eq!(rx.next().await.unwrap().unwrap().id, 1);
         assert_eq!(rx.next().await.unwrap().unwrap_err(), StreamEnd::Invalid("bad".into()));

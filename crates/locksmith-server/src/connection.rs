@@ -19,11 +19,9 @@ use crate::pb_impl::{self, Invalid, Reply, Request};
 use crate::service::{Command, Outbox, Service};
 use crate::telemetry::{self, Limit};
 
-/// How long a stream may take to send its first message (`open`) by default.
-pub const DEFAULT_OPEN_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Serves one session stream until it ends. `out` is usually an unbounded sender (`memory://`)
-/// or a bounded [`Outbox`].
+/// or a bounded [`Outbox`]. The first message may take as long as it takes: an in-process
+/// client is not a stranger holding a stream open (the gRPC transport bounds it).
 ///
 /// # Cancel safety
 /// Cancel safe: dropping it is like the stream breaking; the session lives on until its lease
@@ -35,7 +33,7 @@ where
 {
     // What an error of an unknown transport means is unknown: it ends the stream, as a break.
     let inbound = inbound.map(|r| r.map_err(|e| InboundError::Broken(e.to_string())));
-    serve_stream_as(service, inbound, out.into(), Caller::default(), DEFAULT_OPEN_TIMEOUT).await;
+    serve_stream_as(service, inbound, out.into(), Caller::default(), None).await;
 }
 
 /// Why a transport could not hand over the next message.
@@ -59,7 +57,7 @@ pub(crate) struct Caller {
 
 /// [`serve_stream`] for a `caller` the transport knows: with a principal the session is bound
 /// to it (only it can resume the session) and every acquire is checked against its rights. The
-/// first message must arrive within `open_timeout`.
+/// first message must arrive within `open_timeout` (`None`: no limit).
 ///
 /// # Cancel safety
 /// As [`serve_stream`].
@@ -68,7 +66,7 @@ pub(crate) async fn serve_stream_as<S>(
     mut inbound: S,
     out: Outbox,
     caller: Caller,
-    open_timeout: Duration,
+    open_timeout: Option<Duration>,
 ) where
     S: Stream<Item = Result<ClientMessage, InboundError>> + Unpin,
 {
@@ -76,14 +74,18 @@ pub(crate) async fn serve_stream_as<S>(
     // Only the service holds the outbox once the session is open: its stream ends when the
     // service lets go of it (a `Close`, an expiry, a takeover), not when this task does.
     let watch = out.watch();
-    let first = match tokio::time::timeout(open_timeout, inbound.next()).await {
+    let first = match open_timeout {
+        Some(limit) => tokio::time::timeout(limit, inbound.next()).await.map_err(|_| limit),
+        None => Ok(inbound.next().await),
+    };
+    let first = match first {
         Ok(Some(Ok(first))) => first,
         Ok(Some(Err(e))) => return ended(&watch, None, e),
         Ok(None) => return,
-        Err(_) => {
+        Err(limit) => {
             telemetry::limit_hit(Limit::OpenTimeout);
             tracing::debug!(peer = ?caller.peer, "session stream sent no open in time; ended");
-            return watch.end_with(StreamEnd::NoOpen(open_timeout));
+            return watch.end_with(StreamEnd::NoOpen(limit));
         }
     };
     let (id, open) = pb_impl::decode_open(first);
@@ -150,5 +152,86 @@ fn ended(watch: &OutboxWatch, session: Option<u64>, e: InboundError) {
             tracing::debug!(session, error = %why, "session stream sent an invalid message; ended");
             watch.end_with(StreamEnd::Invalid(why));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use futures_util::StreamExt;
+    use locksmith_proto::client_message::Body as In;
+    use locksmith_proto::server_message::Body as Out;
+    use locksmith_proto::ServerMessage;
+    use tokio::sync::mpsc;
+    use tokio_stream::wrappers::UnboundedReceiverStream;
+
+    use super::*;
+    use crate::machine::Limits;
+    use crate::outbox::OutboxStream;
+
+    type Inbound = mpsc::UnboundedSender<Result<ClientMessage, InboundError>>;
+
+    /// A bounded stream served on its own task: the client's sending side and the stream's
+    /// receiving side.
+    fn stream(service: &Service, open_timeout: Option<Duration>) -> (Inbound, OutboxStream) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (out, stream) = Outbox::bounded(16);
+        let serve =
+            serve_stream_as(service.clone(), UnboundedReceiverStream::new(rx), out, Caller::default(), open_timeout);
+        tokio::spawn(serve);
+        (tx, stream)
+    }
+
+    fn open() -> ClientMessage {
+        ClientMessage { id: 1, body: Some(In::Open(locksmith_proto::Open { ttl_ms: 10_000, ..Default::default() })) }
+    }
+
+    async fn next(s: &mut OutboxStream) -> Option<Result<ServerMessage, StreamEnd>> {
+        tokio::time::timeout(Duration::from_secs(5), s.next()).await.expect("the stream neither spoke nor ended")
+    }
+
+    /// After `close` the stream ends although the client still has its sending half open: the
+    /// connection task does not hold the stream open (it once did, and clients waited 10 s).
+    #[tokio::test]
+    async fn a_closed_session_ends_its_stream_while_the_client_still_sends() {
+        let service = Service::start_in_memory(Limits::default());
+        let (tx, mut s) = stream(&service, None);
+        tx.send(Ok(open())).unwrap();
+        assert!(matches!(next(&mut s).await, Some(Ok(m)) if matches!(m.body, Some(Out::Opened(_)))));
+        tx.send(Ok(ClientMessage { id: 2, body: Some(In::Close(locksmith_proto::Close {})) })).unwrap();
+        assert!(next(&mut s).await.is_none());
+    }
+
+    /// A message the transport could not decode ends the stream with its reason, after the
+    /// answers already queued; the session is detached, not closed.
+    #[tokio::test]
+    async fn an_undecodable_message_ends_the_stream_with_its_reason() {
+        let service = Service::start_in_memory(Limits::default());
+        let (tx, mut s) = stream(&service, None);
+        tx.send(Ok(open())).unwrap();
+        tx.send(Ok(ClientMessage { id: 2, body: Some(In::KeepAlive(locksmith_proto::KeepAlive {})) })).unwrap();
+        tx.send(Err(InboundError::Invalid("not UTF-8".into()))).unwrap();
+        assert!(matches!(next(&mut s).await, Some(Ok(m)) if m.id == 1));
+        assert!(matches!(next(&mut s).await, Some(Ok(m)) if m.id == 2));
+        assert_eq!(next(&mut s).await, Some(Err(StreamEnd::Invalid("not UTF-8".into()))));
+        assert!(next(&mut s).await.is_none());
+
+        // A transport that broke is nobody's fault: the stream just ends.
+        let (tx, mut s) = stream(&service, None);
+        tx.send(Ok(open())).unwrap();
+        tx.send(Err(InboundError::Broken("reset".into()))).unwrap();
+        assert!(matches!(next(&mut s).await, Some(Ok(_))));
+        assert!(next(&mut s).await.is_none());
+    }
+
+    /// Without `open` in time the stream ends with [`StreamEnd::NoOpen`]; without a limit
+    /// (in-process transports) it waits.
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_without_open_ends_after_the_open_timeout_if_there_is_one() {
+        let service = Service::start_in_memory(Limits::default());
+        let (_tx, mut s) = stream(&service, Some(Duration::from_secs(10)));
+        assert_eq!(s.next().await, Some(Err(StreamEnd::NoOpen(Duration::from_secs(10)))));
+
+        let (_tx, mut s) = stream(&service, None);
+        assert!(tokio::time::timeout(Duration::from_secs(3600), s.next()).await.is_err());
     }
 }

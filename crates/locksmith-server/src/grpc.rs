@@ -80,7 +80,7 @@ impl Locksmith for Grpc {
         let caller = Caller { principal, peer: request.remote_addr().map(|a| a.ip()) };
         let inbound = request.into_inner().map(|r| r.map_err(inbound_error));
         let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
-        tokio::spawn(serve_stream_as(self.service.clone(), inbound, out, caller, self.limits.open_timeout));
+        tokio::spawn(serve_stream_as(self.service.clone(), inbound, out, caller, Some(self.limits.open_timeout)));
         let out = rx.map(|r| r.map_err(end_status));
         Ok(Response::new(Box::pin(out)))
     }

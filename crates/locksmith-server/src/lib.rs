@@ -47,10 +47,10 @@ mod sink;
 pub mod telemetry;
 mod wal;
 
-pub use connection::{serve_stream, DEFAULT_OPEN_TIMEOUT};
+pub use connection::serve_stream;
 pub use error::ServerError;
 pub use machine::Durability;
 pub use net_limits::NetLimits;
-pub use outbox::{Outbox, OutboxStream, StreamEnd, DEFAULT_CAPACITY as DEFAULT_MAX_QUEUED_MESSAGES};
+pub use outbox::{Outbox, OutboxStream, StreamEnd};
 pub use serve::{serve, ServeOptions, ServerTls};
 pub use service::Service;

@@ -41,7 +41,7 @@ impl Default for NetLimits {
             max_streams_per_connection: 100,
             max_queued_messages: crate::outbox::DEFAULT_CAPACITY,
             first_byte_timeout: Duration::from_secs(10),
-            open_timeout: crate::connection::DEFAULT_OPEN_TIMEOUT,
+            open_timeout: Duration::from_secs(10),
             keepalive_interval: Some(Duration::from_secs(30)),
             keepalive_timeout: Duration::from_secs(10),
             tcp_keepalive: Some(Duration::from_secs(60)),

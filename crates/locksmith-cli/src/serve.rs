@@ -226,6 +226,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let _hup = auth.clone().map(reload_on_sighup);
     let shutdown = shutdown_signal();
+    // Metrics first: once the server's port answers, so does its metrics port.
+    if let Some(addr) = args.metrics_listen {
+        if let Err(message) = crate::serve_metrics::install(addr) {
+            eprintln!("locksmith serve: {message}");
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+        tracing::info!(%addr, "metrics on http://{addr}/metrics");
+    }
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -237,13 +245,6 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         DurabilityArg::Grants => locksmith_server::Durability::Grants,
         DurabilityArg::Leases => locksmith_server::Durability::Leases,
     };
-    if let Some(addr) = args.metrics_listen {
-        if let Err(message) = crate::serve_metrics::install(addr) {
-            eprintln!("locksmith serve: {message}");
-            return ExitCode::from(exit::UNAVAILABLE);
-        }
-        tracing::info!(%addr, "metrics on http://{addr}/metrics");
-    }
     let net = args.net_limits(raise_open_file_limit());
     let mut opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net);
     if let Some(tls) = tls {

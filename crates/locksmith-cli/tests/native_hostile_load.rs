@@ -197,14 +197,39 @@ fn a_connection_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
     assert!(closed >= Duration::from_millis(900), "closed after {closed:?}, before the timeout");
 }
 
+/// `n` idle connections that the server keeps open. A connection the server closed at once
+/// (it came while the start-up probe's connection still held a slot) is replaced.
+fn hold_connections(port: u16, n: usize) -> Vec<std::net::TcpStream> {
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut held: Vec<_> = (0..n).map(|_| connect()).collect();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut all = true;
+        for tcp in &mut held {
+            tcp.set_nonblocking(true).unwrap();
+            // Open: nothing to read yet, or the server's HTTP/2 settings. Closed: EOF or reset.
+            let open = match tcp.read(&mut [0u8; 256]) {
+                Ok(n) => n > 0,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            };
+            if !open {
+                *tcp = connect();
+                all = false;
+            }
+        }
+        if all {
+            return held;
+        }
+    }
+    panic!("the server did not keep {n} connections open");
+}
+
 /// With `--max-connections 50`, 50 idle connections cost the server (almost) no CPU; the 51st
 /// is closed at once, and a normal client is served again once the idle ones are gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_over_the_limit_are_closed_at_once_and_idle_ones_cost_no_cpu() {
     let server = NativeServer::start_with(BIN.as_ref(), &["--max-connections", "50", "--first-byte-timeout", "60s"]);
-    let mut idle: Vec<_> =
-        (0..50).map(|_| std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    let idle = hold_connections(server.port(), 50);
 
     let ticks = scrape::cpu_ticks(server.pid());
     std::thread::sleep(Duration::from_secs(2));
@@ -216,7 +241,42 @@ async fn connections_over_the_limit_are_closed_at_once_and_idle_ones_cost_no_cpu
     let closed = closed_within(&mut over, Duration::from_secs(5)).expect("a connection over the limit was kept");
     assert!(closed < Duration::from_secs(1), "closed after {closed:?}");
 
-    idle.clear();
+    drop(idle);
     tokio::time::sleep(Duration::from_millis(200)).await;
     a_normal_client_locks(&server.url()).await;
+}
+
+/// `--max-streams-per-connection 3`: the server announces it in its HTTP/2 settings, so a
+/// fourth stream on one connection waits (in the client) until one of the three ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_at_most_max_streams_per_connection_streams() {
+    let server = NativeServer::start_with(BIN.as_ref(), &["--max-streams-per-connection", "3"]);
+    let mut conn = RawConn::connect(server.port(), 65_535).await;
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut s = conn.session().await;
+        s.send(&open(1));
+        assert!(matches!(s.next().await, Next::Message(m) if matches!(m.body, Some(Out::Opened(_)))));
+        streams.push(s);
+    }
+    // The client holds the fourth stream back (the server's settings allow three).
+    let mut fourth = conn.session().await;
+    fourth.send(&open(1));
+    assert!(fourth.next_within(Duration::from_millis(500)).await.is_none(), "a fourth stream was served");
+    streams.pop();
+    let opened = fourth.next_within(Duration::from_secs(5)).await;
+    assert!(matches!(&opened, Some(Next::Message(m)) if matches!(m.body, Some(Out::Opened(_)))), "{opened:?}");
+}
+
+/// A peer that completes the HTTP/2 preface and then answers nothing, not even pings, is
+/// closed once `--keepalive-interval` + `--keepalive-timeout` have passed.
+#[test]
+fn a_peer_that_stops_answering_pings_is_closed() {
+    use std::io::Write;
+    let server = NativeServer::start_with(BIN.as_ref(), &["--keepalive-interval", "1s", "--keepalive-timeout", "1s"]);
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    // The client preface and an empty SETTINGS frame; then silence.
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").unwrap();
+    let closed = closed_within(&mut tcp, Duration::from_secs(15)).expect("a peer that answers no ping was kept");
+    assert!(closed >= Duration::from_millis(1_500), "closed after {closed:?}, before a ping could go unanswered");
 }

@@ -36,6 +36,12 @@ impl RawConn {
 
     /// Starts a `Session` stream (headers only; nothing sent on it yet).
     pub async fn session(&mut self) -> RawStream {
+        self.try_session(Duration::from_secs(10)).await.expect("no stream could be started in 10 s")
+    }
+
+    /// [`RawConn::session`], or `None` when the server's stream limit leaves no room within
+    /// `wait`.
+    pub async fn try_session(&mut self, wait: Duration) -> Option<RawStream> {
         let req = http::Request::builder()
             .method("POST")
             .uri(format!("http://127.0.0.1:{}/locksmith.v1.Locksmith/Session", self.port))
@@ -43,9 +49,9 @@ impl RawConn {
             .header("te", "trailers")
             .body(())
             .expect("request");
-        let mut send = self.send.clone().ready().await.expect("stream slot");
+        let mut send = tokio::time::timeout(wait, self.send.clone().ready()).await.ok()?.expect("connection");
         let (response, stream) = send.send_request(req, false).expect("send request");
-        RawStream { response: Some(response), body: None, send: stream, buf: BytesMut::new(), ended: None }
+        Some(RawStream { response: Some(response), body: None, send: stream, buf: BytesMut::new(), ended: None })
     }
 }
 
@@ -125,7 +131,9 @@ impl RawStream {
             let body = match &mut self.body {
                 Some(body) => body,
                 None => {
-                    let response = self.response.take().expect("a response").await.expect("response headers");
+                    // Awaited in place: `next_within` may cancel this.
+                    let response = self.response.as_mut().expect("a response").await.expect("response headers");
+                    self.response = None;
                     // A stream ended before any message may carry its status in the headers.
                     if let Some(end) = status(response.headers()) {
                         self.ended = Some(end.clone());

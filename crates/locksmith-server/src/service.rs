@@ -374,7 +374,11 @@ impl Actor {
                 Reply::Cancelled { was_waiting: self.machine.cancel(t, session, request) }
             }
             Ok(Request::Close) => {
-                self.telemetry.closed(session, self.principals.get(&session).map(String::as_str));
+                self.telemetry.closing(
+                    session,
+                    self.principals.get(&session).map(String::as_str),
+                    self.machine.session_ttl_left(t, session),
+                );
                 self.machine.close(t, session);
                 self.collect();
                 self.conns.remove(&session);

@@ -8,7 +8,7 @@
 //! their principal.
 
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge, histogram};
 
@@ -213,8 +213,12 @@ impl Telemetry {
         }
     }
 
-    /// The client closed `session`.
-    pub(crate) fn closed(&mut self, session: SessionId, principal: Option<&str>) {
+    /// The client is closing `session`, which has `ttl_left` (`None`: unknown). A session whose
+    /// lease ran out already is ended as expired by the same call instead (counted there).
+    pub(crate) fn closing(&mut self, session: SessionId, principal: Option<&str>, ttl_left: Option<Duration>) {
+        if ttl_left.is_none_or(|left| left.is_zero()) {
+            return;
+        }
         counter!(SESSIONS_CLOSED).increment(1);
         gauge!(SESSIONS).decrement(1.0);
         self.queued.remove(&session);

@@ -18,6 +18,8 @@ use clap::{Parser, Subcommand};
 pub mod elect;
 pub mod run;
 pub mod serve;
+mod serve_config;
+mod serve_metrics;
 #[cfg(feature = "sql")]
 pub mod sql;
 pub mod status;
@@ -99,17 +101,32 @@ fn usage_error(e: &clap::Error) -> ExitCode {
 
 /// Entry point of the binary.
 pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let mut cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
+    if let Command::Serve(args) = &mut cli.command {
+        let argv: Vec<_> = std::env::args_os().skip(2).collect();
+        match serve_config::with_config_file(&argv) {
+            Ok(Some(merged)) => *args = merged,
+            Ok(None) => {}
+            Err(e) => {
+                eprintln!("locksmith serve: {e}");
+                return ExitCode::from(exit::CONFIG);
+            }
+        }
+    }
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG").unwrap_or_else(|_| {
         let default = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
         tracing_subscriber::EnvFilter::new(default)
     });
     // Colour codes only for a person at a terminal, never into log files or pipes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr).init();
+    let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match &cli.command {
+        Command::Serve(a) if a.log_format == serve::LogFormat::Json => logs.json().init(),
+        _ => logs.with_ansi(ansi).init(),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

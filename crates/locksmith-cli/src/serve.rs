@@ -3,8 +3,10 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
+use locksmith_cli_common::duration_arg;
 
 use crate::exit;
 
@@ -18,45 +20,141 @@ pub use locksmith_cli_common::DurabilityArg;
   locksmith serve --durability leases               # no disk wait per grant (see README)
   locksmith serve --tls-cert server.pem --tls-key server.key [--client-ca clients-ca.pem]
                                                     # clients: locksmiths://host:7531?ca=ca.pem
+  locksmith serve --config /etc/locksmith/serve.toml --metrics-listen 127.0.0.1:9531
 Beyond loopback, --listen needs --client-ca (clients authenticated by certificate) or
---insecure-listen-anywhere.")]
+--insecure-listen-anywhere.
+
+Every option can also come from an environment variable (LOCKSMITH_ and the option's name in
+capitals, `-` as `_`, e.g. LOCKSMITH_MAX_CONNECTIONS=500) or from the TOML file of --config
+(keys are the option names: `max-connections = 500`); a flag beats the environment, which beats
+the file. Durations are written like 500ms, 10s, 2m; `0s` turns a keepalive off.")]
 pub struct ServeArgs {
+    /// Read options from this TOML file (keys: the long option names, e.g. `data-dir`); flags
+    /// and environment variables take precedence over it.
+    #[arg(long, env = "LOCKSMITH_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Address to listen on: `HOST:PORT` (an IP address or a name such as `localhost`).
-    #[arg(long, default_value = "127.0.0.1:7531", value_parser = listen_arg)]
+    #[arg(long, env = "LOCKSMITH_LISTEN", default_value = "127.0.0.1:7531", value_parser = listen_arg)]
     pub listen: SocketAddr,
     /// Data directory (created if missing; one server per directory).
-    #[arg(long, default_value = "./locksmith-data")]
+    #[arg(long, env = "LOCKSMITH_DATA_DIR", default_value = "./locksmith-data")]
     pub data_dir: PathBuf,
     /// What is synced to disk before a grant is acknowledged: `grants` (every grant; after a
     /// restart holders are restored and get one TTL to reconnect) or `leases` (only token
     /// blocks; no disk wait per grant, but after a restart every lock ever granted stays
     /// unavailable for the longest TTL + lock-delay in use).
-    #[arg(long, value_enum, default_value_t = DurabilityArg::Grants)]
+    #[arg(long, env = "LOCKSMITH_DURABILITY", value_enum, default_value_t = DurabilityArg::Grants)]
     pub durability: DurabilityArg,
     /// Serve TLS with this certificate chain (PEM); needs `--tls-key`. Clients then use
     /// `locksmiths://HOST:PORT?ca=CA.pem`.
-    #[arg(long, requires = "tls_key", value_name = "FILE")]
+    #[arg(long, env = "LOCKSMITH_TLS_CERT", requires = "tls_key", value_name = "FILE")]
     pub tls_cert: Option<PathBuf>,
     /// The private key of `--tls-cert` (PEM).
-    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    #[arg(long, env = "LOCKSMITH_TLS_KEY", requires = "tls_cert", value_name = "FILE")]
     pub tls_key: Option<PathBuf>,
     /// Demand a client certificate signed by a CA in this file (PEM): mutual TLS; clients add
     /// `&cert=FILE&key=FILE`. Needs `--tls-cert`.
-    #[arg(long, requires = "tls_cert", value_name = "FILE")]
+    #[arg(long, env = "LOCKSMITH_CLIENT_CA", requires = "tls_cert", value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
     /// Listen on an address other hosts can reach although no client is authenticated (no
     /// `--client-ca`): anyone who reaches the port can take and hold locks. Without this flag
     /// such a `--listen` is refused.
-    #[arg(long)]
+    #[arg(long, env = "LOCKSMITH_INSECURE_LISTEN_ANYWHERE")]
     pub insecure_listen_anywhere: bool,
     /// Authenticate every client by bearer token or client certificate and authorize it per
     /// lock-name prefix, as this TOML policy file says (re-read when it changes and on SIGHUP;
     /// see README "Security of the native server").
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, env = "LOCKSMITH_AUTH", value_name = "FILE")]
     pub auth: Option<PathBuf>,
+    /// Serve Prometheus metrics (`locksmith_server_*`) over plain HTTP on `HOST:PORT`, e.g.
+    /// `127.0.0.1:9531`; off unless given. Anyone who reaches it can read them: keep it on
+    /// loopback or a private network.
+    #[arg(long, env = "LOCKSMITH_METRICS_LISTEN", value_name = "HOST:PORT", value_parser = listen_arg)]
+    pub metrics_listen: Option<SocketAddr>,
+    /// Log lines as `text` (for people) or `json` (one object per line, for collectors). The
+    /// level comes from LOCKSMITH_LOG (default `info`; `locksmith_server=debug` adds grants,
+    /// releases and sessions).
+    #[arg(long, env = "LOCKSMITH_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+    /// Open client connections at most; one more is closed as soon as it is accepted. Lowered
+    /// to what the open-file limit allows.
+    #[arg(long, env = "LOCKSMITH_MAX_CONNECTIONS", value_name = "N", default_value_t = defaults().max_connections as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections: u64,
+    /// Concurrent streams (sessions, calls) on one HTTP/2 connection; a client waits for a
+    /// free one.
+    #[arg(long, env = "LOCKSMITH_MAX_STREAMS_PER_CONNECTION", value_name = "N", default_value_t = defaults().max_streams_per_connection, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_streams_per_connection: u32,
+    /// Answers queued for one session stream whose client does not read them; then the stream
+    /// is ended with RESOURCE_EXHAUSTED (the session lives on until its TTL).
+    #[arg(long, env = "LOCKSMITH_MAX_QUEUED_MESSAGES", value_name = "N", default_value_t = defaults().max_queued_messages as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_queued_messages: u64,
+    /// A connection that sends nothing this long after it was accepted is closed.
+    #[arg(long, env = "LOCKSMITH_FIRST_BYTE_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub first_byte_timeout: Duration,
+    /// A session stream whose first message (open) does not come within this time is ended.
+    #[arg(long, env = "LOCKSMITH_OPEN_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub open_timeout: Duration,
+    /// Ping a connection that has sent nothing for this long (HTTP/2); `0s`: never.
+    #[arg(long, env = "LOCKSMITH_KEEPALIVE_INTERVAL", value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
+    pub keepalive_interval: Duration,
+    /// Close a connection whose ping is not answered within this time.
+    #[arg(long, env = "LOCKSMITH_KEEPALIVE_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
+    pub keepalive_timeout: Duration,
+    /// TCP keepalive: the kernel probes a connection idle this long and closes it when the
+    /// peer is gone; `0s`: off.
+    #[arg(long, env = "LOCKSMITH_TCP_KEEPALIVE", value_name = "DURATION", default_value = "60s", value_parser = duration_arg)]
+    pub tcp_keepalive: Duration,
+}
+
+/// `--log-format` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The library's bounds, for the flags' defaults (one place decides them).
+fn defaults() -> locksmith_server::NetLimits {
+    locksmith_server::NetLimits::default()
+}
+
+/// A duration above zero.
+fn positive_duration(s: &str) -> Result<Duration, String> {
+    match duration_arg(s)? {
+        d if d.is_zero() => Err(format!("{s:?} must be above zero")),
+        d => Ok(d),
+    }
 }
 
 impl ServeArgs {
+    /// The connection and stream bounds the flags ask for, within `fd_limit` open files.
+    fn net_limits(&self, fd_limit: Option<u64>) -> locksmith_server::NetLimits {
+        let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
+        let mut net = locksmith_server::NetLimits::default();
+        net.max_connections = usize::try_from(self.max_connections).unwrap_or(usize::MAX);
+        net.max_streams_per_connection = self.max_streams_per_connection;
+        net.max_queued_messages = usize::try_from(self.max_queued_messages).unwrap_or(usize::MAX);
+        net.first_byte_timeout = self.first_byte_timeout;
+        net.open_timeout = self.open_timeout;
+        net.keepalive_interval = nonzero(self.keepalive_interval);
+        net.keepalive_timeout = self.keepalive_timeout;
+        net.tcp_keepalive = nonzero(self.tcp_keepalive);
+        if let Some(allowed) = fd_limit.map(connections_within) {
+            if net.max_connections > allowed {
+                tracing::warn!(
+                    max_connections = net.max_connections,
+                    open_file_limit = fd_limit,
+                    using = allowed,
+                    "--max-connections is above what the open-file limit allows; lowered (raise LimitNOFILE / ulimit -n)"
+                );
+                net.max_connections = allowed;
+            }
+        }
+        net
+    }
+
     /// The TLS material named by the flags, read now; `None` without `--tls-cert`.
     fn tls(&self) -> Result<Option<locksmith_server::ServerTls>, String> {
         let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else { return Ok(None) };
@@ -128,6 +226,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let _hup = auth.clone().map(reload_on_sighup);
     let shutdown = shutdown_signal();
+    // Metrics first: once the server's port answers, so does its metrics port.
+    if let Some(addr) = args.metrics_listen {
+        if let Err(message) = crate::serve_metrics::install(addr) {
+            eprintln!("locksmith serve: {message}");
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+        tracing::info!(%addr, "metrics on http://{addr}/metrics");
+    }
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -139,7 +245,8 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         DurabilityArg::Grants => locksmith_server::Durability::Grants,
         DurabilityArg::Leases => locksmith_server::Durability::Leases,
     };
-    let mut opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability);
+    let net = args.net_limits(raise_open_file_limit());
+    let mut opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net);
     if let Some(tls) = tls {
         opts = opts.tls(tls);
     }
@@ -149,6 +256,42 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     match locksmith_server::serve(listener, opts, shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => report_server("serve", &e),
+    }
+}
+
+/// Descriptors kept free of client connections: the listener, the data directory's files, the
+/// metrics listener and its scrapers, logs.
+const RESERVED_FDS: u64 = 64;
+
+/// The most connections `fd_limit` open files leave room for.
+fn connections_within(fd_limit: u64) -> usize {
+    usize::try_from(fd_limit.saturating_sub(RESERVED_FDS).max(1)).unwrap_or(usize::MAX)
+}
+
+/// Raises the soft open-file limit to the hard one (each client connection is a descriptor;
+/// many systems start processes with a soft limit of 1024) and returns the limit in force.
+fn raise_open_file_limit() -> Option<u64> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limits) => limits,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read the open-file limit");
+            return None;
+        }
+    };
+    if soft >= hard {
+        tracing::info!(open_file_limit = soft, "open-file limit");
+        return Some(soft);
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => {
+            tracing::info!(open_file_limit = hard, was = soft, "open-file limit raised to the hard limit");
+            Some(hard)
+        }
+        Err(e) => {
+            tracing::warn!(open_file_limit = soft, hard, error = %e, "cannot raise the open-file limit");
+            Some(soft)
+        }
     }
 }
 

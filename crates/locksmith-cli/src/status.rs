@@ -58,9 +58,14 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
-    let rows: Vec<[String; 8]> = locks.iter().flat_map(table_rows).collect();
-    let header = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT", "VALUE"].map(String::from);
-    let mut widths = header.clone().map(|h| h.len());
+    // The VALUE column (an election's proposal) only when some holder has one.
+    let shown = if locks.iter().any(|l| l.holders.iter().any(|h| h.value.is_some())) { 8 } else { 7 };
+    let rows: Vec<Vec<String>> = locks.iter().flat_map(table_rows).map(|r| r[..shown].to_vec()).collect();
+    let header: Vec<String> = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT", "VALUE"][..shown]
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    let mut widths: Vec<usize> = header.iter().map(String::len).collect();
     for r in &rows {
         for (w, cell) in widths.iter_mut().zip(r) {
             *w = (*w).max(cell.chars().count());
@@ -69,7 +74,7 @@ pub async fn status(args: StatusArgs) -> ExitCode {
     for r in std::iter::once(&header).chain(&rows) {
         let line: Vec<String> = r
             .iter()
-            .zip(widths)
+            .zip(widths.iter().copied())
             .enumerate()
             .map(|(i, (cell, w))| if (4..7).contains(&i) { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
             .collect();

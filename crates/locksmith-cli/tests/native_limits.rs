@@ -17,7 +17,7 @@ async fn status_lists_200000_locks() {
     let s = NativeServer::start(BIN.as_ref());
     let mut raw = RawSession::open(s.port(), 60_000).await;
     let names: Vec<String> = (0..200_000).map(|i| format!("bulk/{i:06}")).collect();
-    raw.touch_locks(&names, 2_000).await.unwrap();
+    raw.touch_locks(&names, 500).await.unwrap();
     let out =
         Command::new(BIN).args(["status", "--backend", &s.url(), "--json"]).stdin(Stdio::null()).output().unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

@@ -5,19 +5,25 @@ use std::pin::Pin;
 use futures_util::{Stream, StreamExt};
 use locksmith_proto::locksmith_server::{Locksmith, LocksmithServer};
 use locksmith_proto::{ClientMessage, ServerMessage, StatusRequest, StatusResponse};
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, Principal};
-use crate::connection::serve_stream_as;
+use crate::connection::{serve_stream_as, Caller, InboundError};
+use crate::net_limits::NetLimits;
+use crate::outbox::{Outbox, StreamEnd};
 use crate::pb_impl::{self, StatusQuery};
 use crate::service::Service;
+
+/// Largest message a client may send: far above any valid one (a lock name is at most 256
+/// bytes), small enough that a stream cannot make the server buffer much.
+pub const MAX_MESSAGE_SIZE: usize = 64 * 1024;
 
 /// The tonic service.
 #[derive(Debug, Clone)]
 pub struct Grpc {
     service: Service,
     auth: Option<Auth>,
+    limits: NetLimits,
 }
 
 impl Grpc {
@@ -29,7 +35,12 @@ impl Grpc {
 
     /// The same, with every call authenticated and authorized by `auth` when it is `Some`.
     pub fn server_with_auth(service: Service, auth: Option<Auth>) -> LocksmithServer<Self> {
-        LocksmithServer::new(Self { service, auth }).max_decoding_message_size(64 * 1024)
+        Self::server_with(service, auth, NetLimits::default())
+    }
+
+    /// The same, with `limits` on every stream (the outbox size, the time to `open`).
+    pub fn server_with(service: Service, auth: Option<Auth>, limits: NetLimits) -> LocksmithServer<Self> {
+        LocksmithServer::new(Self { service, auth, limits }).max_decoding_message_size(MAX_MESSAGE_SIZE)
     }
 
     /// The caller's principal (`None` without an auth policy), or `UNAUTHENTICATED`.
@@ -66,10 +77,11 @@ impl Locksmith for Grpc {
     /// Cancel safe: it awaits nothing; the stream is served by a spawned task until it ends.
     async fn session(&self, request: Request<Streaming<ClientMessage>>) -> Result<Response<Outbound>, Status> {
         let principal = self.principal(&request)?;
-        let inbound = request.into_inner();
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        tokio::spawn(serve_stream_as(self.service.clone(), inbound, tx, principal));
-        let out = UnboundedReceiverStream::new(rx).map(Ok);
+        let caller = Caller { principal, peer: request.remote_addr().map(|a| a.ip()) };
+        let inbound = request.into_inner().map(|r| r.map_err(inbound_error));
+        let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
+        tokio::spawn(serve_stream_as(self.service.clone(), inbound, out, caller, Some(self.limits.open_timeout)));
+        let out = rx.map(|r| r.map_err(end_status));
         Ok(Response::new(Box::pin(out)))
     }
 
@@ -91,9 +103,10 @@ impl Locksmith for Grpc {
                 return Err(Status::permission_denied(format!("{} may not observe {:?}", p.name, name.as_str())));
             }
         }
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.service.observe(name, tx).map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
-        let out = UnboundedReceiverStream::new(rx).map(Ok);
+        // Bounded like a session stream: an observer that does not read is cut off.
+        let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
+        self.service.observe(name, out).map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
+        let out = rx.map(|r| r.map_err(end_status));
         Ok(Response::new(Box::pin(out)))
     }
 
@@ -117,5 +130,28 @@ impl Locksmith for Grpc {
             // The client's error text, as before there was a server error type.
             .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
         Ok(Response::new(page.into()))
+    }
+}
+
+/// What an error from tonic's inbound stream means. Decoding errors (a message over
+/// [`MAX_MESSAGE_SIZE`], bytes that are not a `ClientMessage`, a string that is not UTF-8) are
+/// statuses tonic makes itself; a broken transport's status carries the h2 or hyper error as
+/// its source.
+fn inbound_error(s: Status) -> InboundError {
+    if std::error::Error::source(&s).is_some() {
+        InboundError::Broken(s.message().to_string())
+    } else {
+        InboundError::Invalid(s.message().to_string())
+    }
+}
+
+/// The status a stream the server ended closes with.
+fn end_status(end: StreamEnd) -> Status {
+    let message = end.to_string();
+    match end {
+        StreamEnd::NotReading { .. } => Status::resource_exhausted(message),
+        StreamEnd::NoOpen(_) => Status::deadline_exceeded(message),
+        StreamEnd::Invalid(_) => Status::invalid_argument(message),
+        _ => Status::unavailable(message),
     }
 }

@@ -7,9 +7,11 @@
 //!   answers into messages, records to and from the log's messages;
 //! - `wal` and `sink`: the data directory and group-committed durability;
 //! - [`Service`]: the task that drives the machine;
-//! - `connection` and [`grpc`]: transports that forward session streams to it;
+//! - `connection` and [`grpc`]: transports that forward session streams to it, each stream's
+//!   messages going out through a bounded [`Outbox`];
 //! - [`serve`]: the server main loop, `run(listener, data_dir, shutdown)` style, failing with
-//!   a [`ServerError`].
+//!   a [`ServerError`]; `accept` keeps its connections within [`NetLimits`];
+//! - [`telemetry`]: the server's metrics (names and the calls that record them).
 //!
 //! Durability and restarts come in two modes ([`Durability`], `locksmith serve --durability`).
 //!
@@ -29,21 +31,27 @@
 //! resuming clients learn that their sessions are gone.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod accept;
 pub mod auth;
 mod connection;
 mod error;
 pub mod grpc;
 pub mod machine;
+mod net_limits;
+mod outbox;
 pub mod pb_impl;
 mod secret;
 mod serve;
 mod service;
 mod sink;
+pub mod telemetry;
 mod tokens;
 mod wal;
 
 pub use connection::serve_stream;
 pub use error::ServerError;
 pub use machine::Durability;
+pub use net_limits::NetLimits;
+pub use outbox::{Outbox, OutboxStream, StreamEnd};
 pub use serve::{serve, ServeOptions, ServerTls};
-pub use service::{Outbox, Service};
+pub use service::Service;

@@ -4,11 +4,15 @@ use std::future::Future;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use locksmith_proto::locksmith_server::LocksmithServer;
 use tokio::net::TcpListener;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
 
 use crate::error::ServerError;
 use crate::grpc::Grpc;
 use crate::machine::{Durability, Limits};
+use crate::net_limits::NetLimits;
 use crate::service::Service;
 
 /// How long open session streams get to finish after a stop was asked for. Clients resume their
@@ -29,6 +33,8 @@ pub struct ServeOptions {
     pub tls: Option<ServerTls>,
     /// Who may do what; `None`: every client may do everything.
     pub auth: Option<crate::auth::Auth>,
+    /// Bounds on connections and streams.
+    pub net: NetLimits,
 }
 
 /// The server's TLS material, PEM: its certificate chain and key, and optionally the CA whose
@@ -83,7 +89,14 @@ impl ServeOptions {
             durability: Durability::default(),
             tls: None,
             auth: None,
+            net: NetLimits::default(),
         }
+    }
+
+    /// The same options with other connection and stream bounds.
+    pub fn net_limits(mut self, net: NetLimits) -> Self {
+        self.net = net;
+        self
     }
 
     /// The same options with every call authenticated and authorized by `auth`.
@@ -114,6 +127,10 @@ impl ServeOptions {
 /// Restores the data directory, serves gRPC on `listener` until `shutdown` resolves, then
 /// stops: every acknowledged grant is already durable, and the log is synced once more.
 ///
+/// The standard gRPC health service (`grpc.health.v1.Health`) answers on the same port:
+/// `SERVING` for `locksmith.v1.Locksmith` and for the server as a whole (`""`) while the lock
+/// service runs, `NOT_SERVING` once it has stopped or is stopping.
+///
 /// # Cancel safety
 /// Dropping the future stops serving at once; acknowledged grants are durable already, and
 /// records not yet synced are lazy ones (releases, session ends) that the next start tolerates.
@@ -126,7 +143,11 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), ServerError> {
     // TLS settings are checked before the data directory is touched: a bad key changes nothing.
-    let mut builder = tonic::transport::Server::builder();
+    let net = &opts.net;
+    let mut builder = tonic::transport::Server::builder()
+        .max_concurrent_streams(net.max_streams_per_connection)
+        .http2_keepalive_interval(net.keepalive_interval)
+        .http2_keepalive_timeout(Some(net.keepalive_timeout));
     if let Some(tls) = &opts.tls {
         builder = builder.tls_config(tls.config()).map_err(|e| {
             ServerError::Config(format!("TLS certificate or key unusable: {}", locksmith_core::error_chain(&e)))
@@ -135,19 +156,24 @@ pub async fn serve(
     let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?;
     let addr = listener.local_addr()?;
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), tls = opts.tls.is_some(), "locksmith server listening");
-    // With our own listener tonic's `tcp_nodelay` does not apply: set it on every accepted
-    // stream, or Nagle holds small answers back until the peer's delayed ACK (~40 ms).
-    let incoming = tokio_stream::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-        s.inspect(|s| {
-            if let Err(e) = s.set_nodelay(true) {
-                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
-            }
-        })
-    });
+    tracing::info!(
+        max_connections = net.max_connections,
+        max_streams_per_connection = net.max_streams_per_connection,
+        max_queued_messages = net.max_queued_messages,
+        first_byte_timeout = ?net.first_byte_timeout,
+        open_timeout = ?net.open_timeout,
+        keepalive_interval = ?net.keepalive_interval,
+        keepalive_timeout = ?net.keepalive_timeout,
+        tcp_keepalive = ?net.tcp_keepalive,
+        "connection limits"
+    );
+    let incoming = crate::accept::incoming(listener, net);
+    let (health, health_service) = tonic_health::server::health_reporter();
+    health.set_serving::<LocksmithServer<Grpc>>().await;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let router = builder
-        .tcp_nodelay(true)
-        .add_service(Grpc::server_with_auth(service.clone(), opts.auth.clone()))
+        .add_service(health_service)
+        .add_service(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone()))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });
@@ -164,9 +190,13 @@ pub async fn serve(
     });
     let served = tokio::select! {
         r = &mut router => r.map_err(ServerError::from),
-        r = &mut task => return task_result(r).and(Err(ServerError::Failed("lock service stopped unexpectedly".into()))),
+        r = &mut task => {
+            not_serving(&health).await;
+            return task_result(r).and(Err(ServerError::Failed("lock service stopped unexpectedly".into())));
+        }
         _ = shutdown => {
             tracing::info!("stopping");
+            not_serving(&health).await;
             let _ = stop_tx.send(());
             let _ = tokio::time::timeout(DRAIN, &mut router).await;
             Ok(())
@@ -178,6 +208,12 @@ pub async fn serve(
         .map_err(|_| ServerError::Failed("lock service did not stop in 10 s".into()))?;
     task_result(finished)?;
     served
+}
+
+/// Tells health checkers that the lock service is gone (or going).
+async fn not_serving(health: &HealthReporter) {
+    health.set_not_serving::<LocksmithServer<Grpc>>().await;
+    health.set_service_status("", ServingStatus::NotServing).await;
 }
 
 fn task_result(r: Result<Result<(), ServerError>, tokio::task::JoinError>) -> Result<(), ServerError> {

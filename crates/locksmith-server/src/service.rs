@@ -14,6 +14,8 @@ use locksmith_proto::ServerMessage;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::auth::Principal;
+pub(crate) use crate::outbox::Outbox;
+
 use crate::error::ServerError;
 use crate::machine::{
     Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
@@ -21,9 +23,6 @@ use crate::machine::{
 };
 use crate::pb_impl::{self, Invalid, Open, Reply, Request, StatusQuery};
 use crate::sink::Sink;
-
-/// Where a session's outgoing messages go (its stream).
-pub type Outbox = mpsc::UnboundedSender<ServerMessage>;
 
 /// Commands from transports to the service task.
 #[derive(Debug)]
@@ -91,6 +90,7 @@ impl Service {
         let restored = records.len();
         let mut machine = Machine::restore_with(limits, durability, records, now());
         let snapshot = machine.take_records();
+        crate::telemetry::restored(&snapshot);
         let file = data.rewrite(&snapshot)?;
         tracing::info!(dir = %dir.display(), records = restored, epoch = machine.epoch(), "data directory restored");
         let sink = Sink::durable(data, file);
@@ -108,6 +108,7 @@ impl Service {
             records: Vec::new(),
             principals: HashMap::new(),
             observers: HashMap::new(),
+            telemetry: Default::default(),
         };
         let task = tokio::spawn(actor.run(rx, stop.clone()));
         (Self { tx, next_conn: Arc::new(AtomicU64::new(1)), stop }, task)
@@ -137,8 +138,8 @@ impl Service {
     ///
     /// # Errors
     /// [`ServerError::Stopped`]: the service has stopped.
-    pub fn observe(&self, name: LockName, out: Outbox) -> Result<(), ServerError> {
-        if self.send(Command::Observe { name, out }) {
+    pub fn observe(&self, name: LockName, out: impl Into<Outbox>) -> Result<(), ServerError> {
+        if self.send(Command::Observe { name, out: out.into() }) {
             Ok(())
         } else {
             Err(ServerError::Stopped)
@@ -209,6 +210,7 @@ struct Actor {
     principals: HashMap<SessionId, String>,
     /// Observe streams by lock.
     observers: HashMap<Box<str>, Vec<Outbox>>,
+    telemetry: crate::telemetry::Telemetry,
 }
 
 impl Actor {
@@ -272,6 +274,7 @@ impl Actor {
         }
         for e in self.machine.take_effects() {
             let (session, m) = pb_impl::effect_message(&e);
+            self.telemetry.effect(&e);
             // The event log (an audit trail at debug level): who got which token, whose session
             // ran out.
             let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
@@ -394,6 +397,7 @@ impl Actor {
     ) {
         match self.machine.open(t, open.ttl, open.resume, digest) {
             Ok((session, ttl)) => {
+                self.telemetry.opened(session, &open);
                 if let Some(p) = &open.principal {
                     self.principals.insert(session, p.clone());
                 }
@@ -424,6 +428,7 @@ impl Actor {
                 let _ = reply.send(Some(session));
             }
             Err(r) => {
+                crate::telemetry::refused(&r);
                 self.collect();
                 if let Some(m) = Reply::Refused(r).into_message(id) {
                     self.msgs.push((out, m));
@@ -446,28 +451,39 @@ impl Actor {
                 let cmd = Acquire { session, request: id, name, owner, wait, lock_delay, mode, value };
                 match self.machine.acquire(t, cmd) {
                     Ok(outcome) => {
+                        self.telemetry.acquired(session, id, outcome);
                         if let AcquireOutcome::Granted(token) = outcome {
                             let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
                             tracing::debug!(session, principal, lock, token, "granted");
                         }
                         Reply::Acquired(outcome)
                     }
-                    Err(r) => Reply::Refused(r),
+                    Err(r) => {
+                        crate::telemetry::refused(&r);
+                        Reply::Refused(r)
+                    }
                 }
             }
             Ok(Request::Release { name, owner, token }) => {
                 let lock = name.as_str().to_string();
                 let was_held = self.machine.release(t, Release { session, name, owner, token });
                 if was_held {
+                    self.telemetry.released();
                     let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
                     tracing::debug!(session, principal, lock, token, "released");
                 }
                 Reply::Released { was_held }
             }
             Ok(Request::Cancel { request }) => {
+                self.telemetry.cancelled(session, request);
                 Reply::Cancelled { was_waiting: self.machine.cancel(t, session, request) }
             }
             Ok(Request::Close) => {
+                self.telemetry.closing(
+                    session,
+                    self.principals.get(&session).map(String::as_str),
+                    self.machine.session_ttl_left(t, session),
+                );
                 self.machine.close(t, session);
                 self.collect();
                 self.conns.remove(&session);
@@ -500,6 +516,7 @@ mod tests {
             records: Vec::new(),
             principals: HashMap::new(),
             observers: HashMap::new(),
+            telemetry: Default::default(),
         }
     }
 
@@ -516,8 +533,8 @@ mod tests {
         let (out, mut rx) = mpsc::unbounded_channel();
         let (reply, mut opened) = oneshot::channel();
         let secret = crate::secret::digest(resume.map_or(&[][..], |r| r.1));
-        let open = Open { ttl, resume: resume.map(|r| r.0), secret, principal: None };
-        actor.handle(Command::Open { conn, id: 1, open, out, reply });
+        let open = Open { ttl, resume: resume.map(|r| r.0), secret, principal: None, peer: None };
+        actor.handle(Command::Open { conn, id: 1, open, out: out.into(), reply });
         actor.flush().unwrap();
         let session = opened.try_recv().unwrap().unwrap();
         let secret = match resume {
@@ -583,8 +600,9 @@ mod tests {
                 resume: Some(a),
                 secret: crate::secret::digest(guess),
                 principal: None,
+                peer: None,
             };
-            actor.handle(Command::Open { conn: 9, id: 1, open, out, reply });
+            actor.handle(Command::Open { conn: 9, id: 1, open, out: out.into(), reply });
             actor.flush().unwrap();
             assert_eq!(opened.try_recv().unwrap(), None);
             match rx.try_recv().unwrap().body {
@@ -623,8 +641,14 @@ mod tests {
         let mut actor = actor();
         let (out, mut rx) = mpsc::unbounded_channel();
         let (reply, mut opened) = oneshot::channel();
-        let open = Open { ttl: Duration::from_secs(10), resume: None, secret: [0; 32], principal: Some("jobs".into()) };
-        actor.handle(Command::Open { conn: 1, id: 1, open, out, reply });
+        let open = Open {
+            ttl: Duration::from_secs(10),
+            resume: None,
+            secret: [0; 32],
+            principal: Some("jobs".into()),
+            peer: None,
+        };
+        actor.handle(Command::Open { conn: 1, id: 1, open, out: out.into(), reply });
         actor.flush().unwrap();
         let a = opened.try_recv().unwrap().unwrap();
         let secret = match rx.try_recv().unwrap().body {
@@ -639,8 +663,9 @@ mod tests {
                 resume: Some(a),
                 secret: crate::secret::digest(&secret),
                 principal: Some(who.into()),
+                peer: None,
             };
-            actor.handle(Command::Open { conn, id: 1, open, out, reply });
+            actor.handle(Command::Open { conn, id: 1, open, out: out.into(), reply });
             actor.flush().unwrap();
             assert_eq!(opened.try_recv().unwrap().is_some(), granted, "{who}");
         }

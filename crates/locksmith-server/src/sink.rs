@@ -10,6 +10,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use locksmith_proto::ServerMessage;
 use tokio::sync::mpsc;
@@ -23,7 +24,8 @@ use crate::wal::{encode_into, DataDir, LogFile};
 const COMPACT_AT: u64 = 64 * 1024 * 1024;
 
 pub(crate) enum Job {
-    Batch(Vec<Record>, Vec<(Outbox, ServerMessage)>),
+    /// Records, the messages that wait for them, and when the batch was submitted.
+    Batch(Vec<Record>, Vec<(Outbox, ServerMessage)>, Instant),
     Compact(Vec<Record>),
 }
 
@@ -73,7 +75,7 @@ impl Sink {
         match self {
             Sink::Direct => {
                 for (out, m) in msgs {
-                    let _ = out.send(m);
+                    out.deliver(m);
                 }
                 Ok(())
             }
@@ -83,7 +85,7 @@ impl Sink {
                 if !msgs.is_empty() && in_flight.load(Ordering::Acquire) == 0 && !records.iter().any(Record::needs_sync)
                 {
                     for (out, m) in msgs.drain(..) {
-                        let _ = out.send(m);
+                        out.deliver(m);
                     }
                 }
                 if records.is_empty() && msgs.is_empty() {
@@ -92,7 +94,7 @@ impl Sink {
                 if !msgs.is_empty() {
                     in_flight.fetch_add(1, Ordering::AcqRel);
                 }
-                let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs)).is_ok());
+                let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs, Instant::now())).is_ok());
                 if !sent || failed.load(Ordering::SeqCst) {
                     return Err(ServerError::WriterStopped);
                 }
@@ -147,10 +149,14 @@ fn write_loop(
         let mut floor = None;
         let mut out = Vec::new();
         let mut delivered = 0;
+        let mut records = 0;
+        // The oldest batch whose messages wait for this write: how long the disk held them up.
+        let mut oldest: Option<Instant> = None;
         for job in jobs.drain(..) {
             match job {
-                Job::Batch(records, msgs) => {
-                    for r in &records {
+                Job::Batch(batch, msgs, submitted) => {
+                    records += batch.len();
+                    for r in &batch {
                         sync |= r.needs_sync();
                         if let Record::Floor { upto } = r {
                             floor = floor.max(Some(*upto));
@@ -160,6 +166,7 @@ fn write_loop(
                     if !msgs.is_empty() {
                         delivered += 1;
                         out.extend(msgs);
+                        oldest.get_or_insert(submitted);
                     }
                 }
                 Job::Compact(snapshot) => {
@@ -178,13 +185,19 @@ fn write_loop(
         // A compaction in this round cleared `sync` for what came before it; a new floor still
         // needs the log synced, because the floor file records how much of it is durable.
         if sync || floor.is_some() {
+            let started = Instant::now();
             file.sync()?;
+            crate::telemetry::wal_sync(started.elapsed().as_secs_f64(), records);
         }
         if let Some(upto) = floor {
             dir.raise_floor(upto, file.len())?;
         }
+        // Never waits for a client: a full outbox ends its stream instead (see `outbox`).
         for (o, m) in out {
-            let _ = o.send(m);
+            o.deliver(m);
+        }
+        if let (true, Some(oldest)) = (sync, oldest) {
+            crate::telemetry::durable_delivery(oldest.elapsed().as_secs_f64());
         }
         in_flight.fetch_sub(delivered, Ordering::AcqRel);
         if file.len() > COMPACT_AT {

@@ -75,8 +75,9 @@ impl RawSession {
     }
 
     /// Takes and releases each of `names` once (no-wait acquires; the locks must be free),
-    /// `chunk` requests in flight at a time: afterwards the server remembers every name for its
-    /// fencing counter.
+    /// `chunk` requests in flight at a time (below the server's `--max-queued-messages`, 1,024 by
+    /// default: a client that sends more before reading its answers is cut off): afterwards the
+    /// server remembers every name for its fencing counter.
     ///
     /// # Errors
     /// The first refusal or unexpected answer.

@@ -28,6 +28,7 @@ pub fn decode_open(msg: ClientMessage) -> (u64, Result<Open, Invalid>) {
             // Hashed at once: the secret itself goes no further than this function.
             secret: crate::secret::digest(&o.resume_secret),
             principal: None,
+            peer: None,
         }),
         _ => Err(Invalid::NotOpen),
     };

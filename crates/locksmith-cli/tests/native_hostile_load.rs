@@ -1,0 +1,282 @@
+//! The native server under hostile load, as a real `locksmith serve` process: clients that
+//! pipeline requests and never read, streams that never open a session, connections that send
+//! nothing, more connections than allowed, and bytes that are not messages. Each is cut off
+//! with a clear status or a closed connection, the server's memory and CPU stay small, and a
+//! normal client is served meanwhile or right after.
+
+#[path = "support/raw_grpc.rs"]
+mod raw_grpc;
+#[path = "support/scrape.rs"]
+mod scrape;
+
+use std::io::Read;
+use std::time::{Duration, Instant};
+
+use locksmith::LockOptions;
+use locksmith_proto::client_message::Body as In;
+use locksmith_proto::server_message::Body as Out;
+use locksmith_testkit::{free_port, NativeServer};
+use prost::Message;
+use raw_grpc::{frame, msg, open, Next, RawConn};
+
+const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
+
+/// gRPC status codes.
+const INVALID_ARGUMENT: i32 = 3;
+const DEADLINE_EXCEEDED: i32 = 4;
+const RESOURCE_EXHAUSTED: i32 = 8;
+
+/// A normal client opens a session and takes and releases a lock within a few seconds.
+async fn a_normal_client_locks(url: &str) {
+    let work = async {
+        let c = locksmith::connect_with_ttl(url, Duration::from_secs(5)).await?;
+        let g = c.lock_with("normal", LockOptions::new().timeout(Duration::from_secs(5))).await?;
+        g.unlock().await?;
+        c.close().await;
+        Ok::<_, locksmith::Error>(())
+    };
+    match tokio::time::timeout(Duration::from_secs(10), work).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => panic!("a normal client failed: {e}"),
+        Err(_) => panic!("a normal client got no lock within 10 s"),
+    }
+}
+
+/// A client pipelines up to 20,000 requests on one session stream while withholding its HTTP/2
+/// window (64 bytes per stream, never given back). The server queues at most
+/// `--max-queued-messages` answers, then ends the stream with RESOURCE_EXHAUSTED and stops
+/// reading it: its memory stays under 100 MB (before the bound it grew by gigabytes), the
+/// disconnect is counted, and a normal client opens a session and locks meanwhile. When the
+/// attacker finally reads, it finds the status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_reads_is_cut_off_with_resource_exhausted_and_the_server_stays_small() {
+    let metrics = free_port();
+    let server = NativeServer::start_with(BIN.as_ref(), &["--metrics-listen", &format!("127.0.0.1:{metrics}")]);
+    let before = scrape::rss(server.pid());
+
+    let mut attacker = RawConn::connect(server.port(), 64).await;
+    let mut stream = attacker.session().await;
+    stream.send(&open(1));
+    // Sent in batches as fast as h2 takes them; the server may cut the stream off (and reset
+    // its request half) before all are out.
+    let mut sent = 0;
+    let mut batch = Vec::new();
+    for id in 2..20_002u64 {
+        batch.extend_from_slice(&frame(&msg(id, In::KeepAlive(locksmith_proto::KeepAlive {})).encode_to_vec()));
+        if batch.len() > 16 * 1024 || id == 20_001 {
+            if !stream.send_bytes(std::mem::take(&mut batch).into()) {
+                break;
+            }
+            sent = id - 1;
+        }
+    }
+    assert!(sent > 1024, "only {sent} requests were sent before the stream closed");
+
+    let until = Instant::now() + Duration::from_secs(15);
+    loop {
+        let disconnects = scrape::sample(&scrape::metrics(metrics), "locksmith_server_outbox_disconnects_total");
+        if disconnects >= 1.0 {
+            break;
+        }
+        assert!(Instant::now() < until, "the stream of a client that does not read was never cut off");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Whatever the attacker still has in flight is refused by flow control, not buffered.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = scrape::rss(server.pid());
+    eprintln!("server RSS: {} MB before, {} MB after {sent} unread requests", before >> 20, after >> 20);
+    assert!(after < 100 << 20, "server RSS {} MB after {sent} unread requests", after >> 20);
+
+    a_normal_client_locks(&server.url()).await;
+
+    let (code, message, skipped) =
+        tokio::time::timeout(Duration::from_secs(10), stream.end()).await.expect("the stream's end");
+    assert_eq!(code, RESOURCE_EXHAUSTED, "{message}");
+    assert!(message.contains("does not read its stream: 1024 messages queued"), "{message}");
+    assert!(skipped < 1024, "{skipped} answers reached a client that did not read");
+}
+
+/// A stream that never sends `open` is ended after `--open-timeout` with DEADLINE_EXCEEDED,
+/// and its connection serves the next stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_that_never_opens_a_session_is_ended_after_the_open_timeout() {
+    let server = NativeServer::start_with(BIN.as_ref(), &["--open-timeout", "1s"]);
+    let mut conn = RawConn::connect(server.port(), 65_535).await;
+    let started = Instant::now();
+    let mut silent = conn.session().await;
+    let end = silent.next_within(Duration::from_secs(10)).await.expect("the silent stream was never ended");
+    let waited = started.elapsed();
+    match end {
+        Next::End(code, message) => {
+            assert_eq!(code, DEADLINE_EXCEEDED, "{message}");
+            assert!(message.contains("no open message within 1s"), "{message}");
+        }
+        Next::Message(m) => panic!("a message on a stream that sent nothing: {m:?}"),
+    }
+    assert!(waited >= Duration::from_millis(900) && waited < Duration::from_secs(5), "ended after {waited:?}");
+
+    let mut next = conn.session().await;
+    next.send(&open(1));
+    assert!(matches!(next.next().await, Next::Message(m) if matches!(m.body, Some(Out::Opened(_)))));
+}
+
+/// Bytes that are not a `ClientMessage`, a message over 64 KiB and a lock name that is not
+/// UTF-8 each end their stream with INVALID_ARGUMENT saying what was wrong (they used to end it
+/// with OK and no word). A request that decodes but breaks a rule (an empty lock name) is still
+/// answered on the stream, which goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undecodable_messages_end_the_stream_with_invalid_argument() {
+    let server = NativeServer::start(BIN.as_ref());
+    let mut conn = RawConn::connect(server.port(), 1 << 20).await;
+
+    let acquire = |id, name: &str| {
+        msg(
+            id,
+            In::Acquire(locksmith_proto::Acquire {
+                name: name.into(),
+                owner: "o".into(),
+                wait: false,
+                ..Default::default()
+            }),
+        )
+    };
+    let mut not_utf8 = acquire(2, "AAAA").encode_to_vec();
+    let at = not_utf8.windows(4).position(|w| w == b"AAAA").unwrap();
+    not_utf8[at..at + 4].copy_from_slice(&[0xff, 0xfe, 0xc3, 0x28]);
+    let cases: [(&str, bool, Vec<u8>, &str); 4] = [
+        ("garbage first", false, vec![0xff; 16], "decode"),
+        ("garbage", true, vec![0xff; 16], "decode"),
+        ("over 64 KiB", true, vec![0; 70_000], "too large"),
+        ("not UTF-8", true, not_utf8, "UTF-8"),
+    ];
+    for (what, opened, payload, says) in cases {
+        let mut s = conn.session().await;
+        if opened {
+            s.send(&open(1));
+            assert!(matches!(s.next().await, Next::Message(m) if matches!(m.body, Some(Out::Opened(_)))), "{what}");
+        }
+        s.send_bytes(frame(&payload));
+        let (code, message, _) = tokio::time::timeout(Duration::from_secs(5), s.end()).await.expect(what);
+        assert_eq!(code, INVALID_ARGUMENT, "{what}: {message}");
+        assert!(message.starts_with("invalid message: ") && message.contains(says), "{what}: {message}");
+    }
+
+    let mut s = conn.session().await;
+    s.send(&open(1));
+    assert!(matches!(s.next().await, Next::Message(m) if matches!(m.body, Some(Out::Opened(_)))));
+    s.send(&acquire(2, ""));
+    let refused = s.next().await;
+    assert!(matches!(&refused, Next::Message(m) if m.id == 2 && matches!(m.body, Some(Out::Error(_)))), "{refused:?}");
+    s.send(&msg(3, In::KeepAlive(locksmith_proto::KeepAlive {})));
+    let alive = s.next().await;
+    assert!(matches!(&alive, Next::Message(m) if m.id == 3), "{alive:?}");
+}
+
+/// Reads from `tcp` until the server closes it (or `limit` passes); how long that took.
+fn closed_within(tcp: &mut std::net::TcpStream, limit: Duration) -> Option<Duration> {
+    let started = Instant::now();
+    tcp.set_read_timeout(Some(limit)).unwrap();
+    let mut buf = [0u8; 256];
+    loop {
+        match tcp.read(&mut buf) {
+            Ok(0) => return Some(started.elapsed()),
+            // HTTP/2 settings the server sent first; keep reading.
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return None,
+            Err(_) => return Some(started.elapsed()),
+        }
+    }
+}
+
+/// A TCP connection that sends nothing is closed by the server after `--first-byte-timeout`.
+#[test]
+fn a_connection_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
+    let server = NativeServer::start_with(BIN.as_ref(), &["--first-byte-timeout", "1s"]);
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let closed = closed_within(&mut tcp, Duration::from_secs(10)).expect("a silent connection was kept open");
+    assert!(closed >= Duration::from_millis(900), "closed after {closed:?}, before the timeout");
+}
+
+/// `n` idle connections that the server keeps open. A connection the server closed at once
+/// (it came while the start-up probe's connection still held a slot) is replaced.
+fn hold_connections(port: u16, n: usize) -> Vec<std::net::TcpStream> {
+    let connect = || std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut held: Vec<_> = (0..n).map(|_| connect()).collect();
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(200));
+        let mut all = true;
+        for tcp in &mut held {
+            tcp.set_nonblocking(true).unwrap();
+            // Open: nothing to read yet, or the server's HTTP/2 settings. Closed: EOF or reset.
+            let open = match tcp.read(&mut [0u8; 256]) {
+                Ok(n) => n > 0,
+                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+            };
+            if !open {
+                *tcp = connect();
+                all = false;
+            }
+        }
+        if all {
+            return held;
+        }
+    }
+    panic!("the server did not keep {n} connections open");
+}
+
+/// With `--max-connections 50`, 50 idle connections cost the server (almost) no CPU; the 51st
+/// is closed at once, and a normal client is served again once the idle ones are gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_over_the_limit_are_closed_at_once_and_idle_ones_cost_no_cpu() {
+    let server = NativeServer::start_with(BIN.as_ref(), &["--max-connections", "50", "--first-byte-timeout", "60s"]);
+    let idle = hold_connections(server.port(), 50);
+
+    let ticks = scrape::cpu_ticks(server.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    let used = scrape::cpu_ticks(server.pid()) - ticks;
+    eprintln!("server CPU with 50 idle connections: {used} ticks (1/100 s) in 2 s");
+    assert!(used <= 20, "the server used {used}/100 s of CPU in 2 s with 50 idle connections");
+
+    let mut over = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let closed = closed_within(&mut over, Duration::from_secs(5)).expect("a connection over the limit was kept");
+    assert!(closed < Duration::from_secs(1), "closed after {closed:?}");
+
+    drop(idle);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    a_normal_client_locks(&server.url()).await;
+}
+
+/// `--max-streams-per-connection 3`: the server announces it in its HTTP/2 settings, so a
+/// fourth stream on one connection waits (in the client) until one of the three ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_holds_at_most_max_streams_per_connection_streams() {
+    let server = NativeServer::start_with(BIN.as_ref(), &["--max-streams-per-connection", "3"]);
+    let mut conn = RawConn::connect(server.port(), 65_535).await;
+    let mut streams = Vec::new();
+    for _ in 0..3 {
+        let mut s = conn.session().await;
+        s.send(&open(1));
+        assert!(matches!(s.next().await, Next::Message(m) if matches!(m.body, Some(Out::Opened(_)))));
+        streams.push(s);
+    }
+    // The client holds the fourth stream back (the server's settings allow three).
+    let mut fourth = conn.session().await;
+    fourth.send(&open(1));
+    assert!(fourth.next_within(Duration::from_millis(500)).await.is_none(), "a fourth stream was served");
+    streams.pop();
+    let opened = fourth.next_within(Duration::from_secs(5)).await;
+    assert!(matches!(&opened, Some(Next::Message(m)) if matches!(m.body, Some(Out::Opened(_)))), "{opened:?}");
+}
+
+/// A peer that completes the HTTP/2 preface and then answers nothing, not even pings, is
+/// closed once `--keepalive-interval` + `--keepalive-timeout` have passed.
+#[test]
+fn a_peer_that_stops_answering_pings_is_closed() {
+    use std::io::Write;
+    let server = NativeServer::start_with(BIN.as_ref(), &["--keepalive-interval", "1s", "--keepalive-timeout", "1s"]);
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    // The client preface and an empty SETTINGS frame; then silence.
+    tcp.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").unwrap();
+    let closed = closed_within(&mut tcp, Duration::from_secs(15)).expect("a peer that answers no ping was kept");
+    assert!(closed >= Duration::from_millis(1_500), "closed after {closed:?}, before a ping could go unanswered");
+}

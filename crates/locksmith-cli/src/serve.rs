@@ -104,6 +104,24 @@ pub struct ServeArgs {
     /// peer is gone; `0s`: off.
     #[arg(long, env = "LOCKSMITH_TCP_KEEPALIVE", value_name = "DURATION", default_value = "60s", value_parser = duration_arg)]
     pub tcp_keepalive: Duration,
+    /// Live sessions on the server.
+    #[arg(long, env = "LOCKSMITH_MAX_SESSIONS", value_name = "N", default_value_t = lock_limits().max_sessions as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sessions: u64,
+    /// Live sessions of one client: its principal with --auth, otherwise its address (all
+    /// processes of one host together).
+    #[arg(long, env = "LOCKSMITH_MAX_SESSIONS_PER_CLIENT", value_name = "N", default_value_t = lock_limits().max_sessions_per_client as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_sessions_per_client: u64,
+    /// Waiters queued on one lock.
+    #[arg(long, env = "LOCKSMITH_MAX_WAITERS_PER_LOCK", value_name = "N", default_value_t = lock_limits().max_waiters_per_lock as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_waiters_per_lock: u64,
+    /// Holds plus queued acquires of one session.
+    #[arg(long, env = "LOCKSMITH_MAX_ENTRIES_PER_SESSION", value_name = "N", default_value_t = lock_limits().max_entries_per_session as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_entries_per_session: u64,
+}
+
+/// The lock service's bounds, for the flags' defaults.
+fn lock_limits() -> locksmith_server::machine::Limits {
+    locksmith_server::machine::Limits::default()
 }
 
 /// `--log-format` values.
@@ -246,7 +264,16 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         DurabilityArg::Leases => locksmith_server::Durability::Leases,
     };
     let net = args.net_limits(raise_open_file_limit());
-    let mut opts = locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net);
+    let as_usize = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
+    let limits = locksmith_server::machine::Limits {
+        max_sessions: as_usize(args.max_sessions),
+        max_sessions_per_client: as_usize(args.max_sessions_per_client),
+        max_waiters_per_lock: as_usize(args.max_waiters_per_lock),
+        max_entries_per_session: as_usize(args.max_entries_per_session),
+        ..lock_limits()
+    };
+    let mut opts =
+        locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net).limits(limits);
     if let Some(tls) = tls {
         opts = opts.tls(tls);
     }

@@ -60,3 +60,54 @@ async fn one_session_cannot_queue_more_than_its_limit() {
     }
     assert!(held.unlock().await.unwrap());
 }
+
+/// A token and the SHA-256 the policy lists, from `locksmith token`.
+fn new_token() -> (String, String) {
+    let out = Command::new(BIN).arg("token").output().unwrap();
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let digest = stderr.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {stderr}")).to_string();
+    (token, digest)
+}
+
+/// The session table cannot be filled by one client: with `--max-sessions-per-client 3`, a
+/// principal's fourth session is refused (LIMIT_EXCEEDED, wherever it connects from), while
+/// another principal still opens sessions; a closed session makes room again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_client_cannot_fill_the_session_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let (greedy, other) = (new_token(), new_token());
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "[principals.greedy]\ntokens = [\"{}\"]\nadmin = true\n[principals.other]\ntokens = [\"{}\"]\nadmin = true\n",
+            greedy.1, other.1
+        ),
+    )
+    .unwrap();
+    for (who, (token, _)) in [("greedy", &greedy), ("other", &other)] {
+        std::fs::write(dir.path().join(who), format!("{token}\n")).unwrap();
+    }
+    let s =
+        NativeServer::start_with(BIN.as_ref(), &["--auth", policy.to_str().unwrap(), "--max-sessions-per-client", "3"]);
+    let url = |who: &str| format!("{}?token_file={}", s.url(), dir.path().join(who).display());
+    let mut held = Vec::new();
+    for i in 0..3 {
+        let c = locksmith::connect(&url("greedy")).await.unwrap();
+        held.push((c.clone(), c.lock(&format!("greedy/{i}")).await.unwrap()));
+    }
+    let fourth = locksmith::connect(&url("greedy")).await.unwrap();
+    match fourth.try_lock("greedy/3").await {
+        Err(locksmith::Error::LimitExceeded(why)) => assert!(why.contains("3 sessions of one client"), "{why}"),
+        other => panic!("expected LIMIT_EXCEEDED, got {other:?}"),
+    }
+    let polite = locksmith::connect(&url("other")).await.unwrap();
+    let g = polite.lock_with("other/0", LockOptions::new().timeout(Duration::from_secs(5))).await.unwrap();
+    g.unlock().await.unwrap();
+    let (c, g) = held.pop().unwrap();
+    g.unlock().await.unwrap();
+    c.close().await;
+    let g = fourth.lock_with("greedy/3", LockOptions::new().timeout(Duration::from_secs(5))).await;
+    assert!(g.is_ok(), "a closed session made room: {g:?}");
+}

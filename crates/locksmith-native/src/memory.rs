@@ -120,7 +120,7 @@ impl Backend for MemoryBackend {
 
     async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
         let (to_observer, mut from_service) = tokio::sync::mpsc::unbounded_channel();
-        self.inner.service().observe(name.clone(), to_observer)?;
+        self.inner.service().observe(name.clone(), to_observer).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             while let Some(m) = from_service.recv().await {

@@ -103,7 +103,7 @@ pub(crate) async fn serve_stream_as<S>(
         }
     };
     let (reply, opened) = oneshot::channel();
-    if !service.send(Command::Open { conn, id, open, out, reply }) {
+    if !service.send(Command::Open { conn, id, open, out, reply }).await {
         return watch.end_with(StreamEnd::Stopped);
     }
     let Ok(Some(session)) = opened.await else { return };
@@ -127,7 +127,7 @@ pub(crate) async fn serve_stream_as<S>(
                         request = Err(Invalid::Forbidden(format!("{} may not lock {:?}", p.name, name.as_str())));
                     }
                 }
-                if !service.send(Command::Request { session, conn, id, request }) {
+                if !service.send(Command::Request { session, conn, id, request }).await {
                     return watch.end_with(StreamEnd::Stopped);
                 }
             }
@@ -139,7 +139,7 @@ pub(crate) async fn serve_stream_as<S>(
         }
     }
     // The inbound half is dropped here: a client that does not read is not read either.
-    service.send(Command::Detach { session, conn });
+    service.send(Command::Detach { session, conn }).await;
 }
 
 /// Ends the stream on an error of its transport; a client that sent something invalid is told

@@ -105,7 +105,10 @@ impl Locksmith for Grpc {
         }
         // Bounded like a session stream: an observer that does not read is cut off.
         let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
-        self.service.observe(name, out).map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
+        self.service
+            .observe(name, out)
+            .await
+            .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
         let out = rx.map(|r| r.map_err(end_status));
         Ok(Response::new(Box::pin(out)))
     }

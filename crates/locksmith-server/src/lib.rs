@@ -33,6 +33,7 @@
 
 mod accept;
 pub mod auth;
+mod clients;
 mod connection;
 mod error;
 pub mod grpc;

@@ -99,6 +99,12 @@ impl ServeOptions {
         self
     }
 
+    /// The same options with other lock-service limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
     /// The same options with every call authenticated and authorized by `auth`.
     pub fn auth(mut self, auth: crate::auth::Auth) -> Self {
         self.auth = Some(auth);

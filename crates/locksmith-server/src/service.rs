@@ -62,7 +62,7 @@ pub(crate) enum Command {
 /// every connection is gone, or on [`Service::shutdown`].
 #[derive(Debug, Clone)]
 pub struct Service {
-    tx: mpsc::UnboundedSender<Command>,
+    tx: mpsc::Sender<Command>,
     next_conn: Arc<AtomicU64>,
     stop: Arc<tokio::sync::Notify>,
 }
@@ -98,8 +98,9 @@ impl Service {
     }
 
     fn spawn(machine: Machine, sink: Sink) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let stop = Arc::new(tokio::sync::Notify::new());
+        let per_client = machine.limits().max_sessions_per_client;
         let actor = Actor {
             machine,
             sink,
@@ -108,6 +109,7 @@ impl Service {
             records: Vec::new(),
             principals: HashMap::new(),
             observers: HashMap::new(),
+            clients: crate::clients::Clients::new(per_client),
             telemetry: Default::default(),
         };
         let task = tokio::spawn(actor.run(rx, stop.clone()));
@@ -128,8 +130,10 @@ impl Service {
         self.next_conn.fetch_add(1, Ordering::Relaxed)
     }
 
-    pub(crate) fn send(&self, cmd: Command) -> bool {
-        self.tx.send(cmd).is_ok()
+    /// Queues `cmd` for the service task, waiting while the queue is full: a client that sends
+    /// faster than the service works waits on its own connection, not in the server's memory.
+    pub(crate) async fn send(&self, cmd: Command) -> bool {
+        self.tx.send(cmd).await.is_ok()
     }
 
     /// Follows lock `name`: its state now, then after every change of its holders (each once
@@ -138,8 +142,12 @@ impl Service {
     ///
     /// # Errors
     /// [`ServerError::Stopped`]: the service has stopped.
-    pub fn observe(&self, name: LockName, out: impl Into<Outbox>) -> Result<(), ServerError> {
-        if self.send(Command::Observe { name, out: out.into() }) {
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call may or may not have registered `out`; a registered outbox
+    /// whose receiver is gone is forgotten at the next change.
+    pub async fn observe(&self, name: LockName, out: impl Into<Outbox>) -> Result<(), ServerError> {
+        if self.send(Command::Observe { name, out: out.into() }).await {
             Ok(())
         } else {
             Err(ServerError::Stopped)
@@ -185,7 +193,7 @@ impl Service {
         principal: Option<Principal>,
     ) -> Result<StatusPage, ServerError> {
         let (reply, rx) = oneshot::channel();
-        if !self.send(Command::Status { query, principal, reply }) {
+        if !self.send(Command::Status { query, principal, reply }).await {
             return Err(ServerError::Stopped);
         }
         rx.await.map_err(|_| ServerError::Stopped)
@@ -195,6 +203,9 @@ impl Service {
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
+
+/// Commands queued for the service task before senders wait (see [`Service::send`]).
+const COMMAND_QUEUE: usize = 4096;
 
 /// Most commands handled before one flush to the sink; bounds the latency of the first.
 const MAX_BATCH: usize = 512;
@@ -210,15 +221,13 @@ struct Actor {
     principals: HashMap<SessionId, String>,
     /// Observe streams by lock.
     observers: HashMap<Box<str>, Vec<Outbox>>,
+    /// Live sessions per client.
+    clients: crate::clients::Clients,
     telemetry: crate::telemetry::Telemetry,
 }
 
 impl Actor {
-    async fn run(
-        mut self,
-        mut rx: mpsc::UnboundedReceiver<Command>,
-        stop: Arc<tokio::sync::Notify>,
-    ) -> Result<(), ServerError> {
+    async fn run(mut self, mut rx: mpsc::Receiver<Command>, stop: Arc<tokio::sync::Notify>) -> Result<(), ServerError> {
         let far = Duration::from_secs(86_400);
         loop {
             let wake = self.machine.next_deadline().unwrap_or_else(|| now() + far);
@@ -283,6 +292,7 @@ impl Actor {
                 Effect::Expired { .. } => {
                     tracing::debug!(session, principal, "session expired");
                     self.principals.remove(&session);
+                    self.clients.remove(session);
                 }
             }
             self.send(session, m);
@@ -395,8 +405,13 @@ impl Actor {
         out: Outbox,
         reply: tokio::sync::oneshot::Sender<Option<SessionId>>,
     ) {
-        match self.machine.open(t, open.ttl, open.resume, digest) {
+        let admitted = match open.resume {
+            None => self.clients.admit(&open),
+            Some(_) => Ok(()),
+        };
+        match admitted.and_then(|()| self.machine.open(t, open.ttl, open.resume, digest)) {
             Ok((session, ttl)) => {
+                self.clients.add(session, &open);
                 self.telemetry.opened(session, &open);
                 if let Some(p) = &open.principal {
                     self.principals.insert(session, p.clone());
@@ -488,6 +503,7 @@ impl Actor {
                 self.collect();
                 self.conns.remove(&session);
                 self.principals.remove(&session);
+                self.clients.remove(session);
                 return;
             }
         };
@@ -516,6 +532,7 @@ mod tests {
             records: Vec::new(),
             principals: HashMap::new(),
             observers: HashMap::new(),
+            clients: crate::clients::Clients::new(usize::MAX),
             telemetry: Default::default(),
         }
     }

@@ -23,6 +23,7 @@ fn limits() -> Limits {
         max_waiters_per_lock: 100,
         max_sessions: 100,
         max_entries_per_session: 1_000,
+        ..Limits::default()
     }
 }
 

@@ -44,6 +44,7 @@ fn limits() -> Limits {
         max_waiters_per_lock: 3,
         max_sessions: 5,
         max_entries_per_session: 3,
+        ..Limits::default()
     }
 }
 

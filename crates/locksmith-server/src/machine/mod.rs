@@ -71,7 +71,7 @@ fn same_digest(a: &SecretDigest, b: &SecretDigest) -> bool {
     a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// Server limits, checked by the machine on every request.
+/// Server limits, checked by the machine on every request (the per-client one by the service).
 #[derive(Debug, Clone)]
 pub struct Limits {
     /// Smallest session TTL.
@@ -89,6 +89,9 @@ pub struct Limits {
     /// Holds plus queued acquires of one session: one client cannot fill the server's memory
     /// through a single session.
     pub max_entries_per_session: usize,
+    /// Live sessions of one client (its principal, or its address without authentication).
+    /// Checked by the service, which knows who a client is; the machine does not.
+    pub max_sessions_per_client: usize,
 }
 
 impl Default for Limits {
@@ -103,6 +106,7 @@ impl Default for Limits {
             max_waiters_per_lock: 100_000,
             max_sessions: 100_000,
             max_entries_per_session: 10_000,
+            max_sessions_per_client: 10_000,
         }
     }
 }
@@ -335,6 +339,11 @@ impl Machine {
         if !self.watched.is_empty() && self.watched.contains(name) && !self.changed.iter().any(|c| &**c == name) {
             self.changed.push(name.into());
         }
+    }
+
+    /// The limits it checks.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// This boot's epoch.

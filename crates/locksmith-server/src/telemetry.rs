@@ -106,6 +106,10 @@ pub enum Limit {
     OpenTimeout,
     /// The server's live session limit.
     Sessions,
+    /// Live sessions of one client (principal or address).
+    SessionsPerClient,
+    /// Holds and waits of one session.
+    EntriesPerSession,
     /// Waiters on one lock.
     WaitersPerLock,
     /// Another limit of the lock machine.
@@ -121,6 +125,8 @@ impl Limit {
             Limit::Silence => "silence",
             Limit::OpenTimeout => "open_timeout",
             Limit::Sessions => "sessions",
+            Limit::SessionsPerClient => "sessions_per_client",
+            Limit::EntriesPerSession => "entries_per_session",
             Limit::WaitersPerLock => "waiters_per_lock",
             Limit::Other => "other",
         }
@@ -142,9 +148,14 @@ pub(crate) fn refused(r: &Refusal) {
 /// Which limit refused `r` (`None`: not a limit).
 fn limit_of(r: &Refusal) -> Option<Limit> {
     let Refusal::Limit(what) = r else { return None };
-    // The machine says which limit in words ("100000 sessions", "10 waiters on lock …").
-    Some(if what.ends_with(" sessions") {
+    // The machine and the service say which limit in words ("100000 sessions on the server",
+    // "10 waiters on lock …"); see machine/mod.rs and clients.rs.
+    Some(if what.ends_with(" sessions on the server") {
         Limit::Sessions
+    } else if what.contains(" sessions of one client ") {
+        Limit::SessionsPerClient
+    } else if what.contains(" locks held and waited for by one session") {
+        Limit::EntriesPerSession
     } else if what.contains(" waiters on lock ") {
         Limit::WaitersPerLock
     } else {
@@ -272,13 +283,36 @@ impl Telemetry {
 mod tests {
     use super::*;
 
-    /// Each machine limit is counted under its own label, whatever else the refusal says.
+    /// Each limit is counted under its own label: the refusals are made by the real machine and
+    /// client table, so a reworded message cannot slip into `other` unnoticed.
     #[test]
     fn machine_limits_are_told_apart_by_their_words() {
-        let limit = |what: &str| limit_of(&Refusal::Limit(what.into()));
-        assert_eq!(limit("100000 sessions"), Some(Limit::Sessions));
-        assert_eq!(limit("10 waiters on lock \"jobs\""), Some(Limit::WaitersPerLock));
-        assert_eq!(limit("the OS random number generator failed"), Some(Limit::Other));
+        use crate::machine::{Acquire, Limits, LockName, Machine, Owner};
+        let t = std::time::Instant::now();
+        let small =
+            Limits { max_sessions: 2, max_waiters_per_lock: 1, max_entries_per_session: 2, ..Limits::default() };
+        let mut m = Machine::new(small, 1);
+        let ttl = std::time::Duration::from_secs(10);
+        let a = m.open(t, ttl, None, [0; 32]).unwrap().0;
+        let b = m.open(t, ttl, None, [0; 32]).unwrap().0;
+        let full = m.open(t, ttl, None, [0; 32]).unwrap_err();
+        let ask = |m: &mut Machine, s, req, name: &str| {
+            m.acquire(t, Acquire::exclusive(s, req, LockName::new(name).unwrap(), Owner::new("o").unwrap(), true))
+        };
+        ask(&mut m, a, 1, "x").unwrap();
+        ask(&mut m, b, 1, "x").unwrap();
+        let queue = ask(&mut m, b, 2, "x").unwrap_err();
+        ask(&mut m, a, 3, "y").unwrap();
+        let entries = ask(&mut m, a, 4, "z").unwrap_err();
+        let mut clients = crate::clients::Clients::new(1);
+        let open = crate::pb_impl::Open { ttl, resume: None, secret: [0; 32], principal: Some("p".into()), peer: None };
+        clients.add(9, &open);
+        let per_client = clients.admit(&open).unwrap_err();
+        assert_eq!(limit_of(&full), Some(Limit::Sessions), "{full}");
+        assert_eq!(limit_of(&queue), Some(Limit::WaitersPerLock), "{queue}");
+        assert_eq!(limit_of(&entries), Some(Limit::EntriesPerSession), "{entries}");
+        assert_eq!(limit_of(&per_client), Some(Limit::SessionsPerClient), "{per_client}");
+        assert_eq!(limit_of(&Refusal::Limit("the OS random number generator failed".into())), Some(Limit::Other));
         assert_eq!(limit_of(&Refusal::SessionExpired), None);
     }
 

@@ -58,21 +58,22 @@
 //! walks the tree under the base and reports every directory with contenders.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod inspect;
 mod layout;
 mod options;
 mod session;
 mod url;
 
 pub use options::ZkOptions;
-pub use url::NodeAcl;
+pub use url::{ExclusiveLayout, NodeAcl};
 
 use std::time::Duration;
 
-use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
+use locksmith_core::{Error, HoldMode, LockName, LockStatus, Result};
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
-use crate::layout::{contenders, map_err, retry};
+use crate::layout::{map_err, retry};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const STATUS_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,12 +124,19 @@ impl ZkBackend {
             shown.push_str(&base);
         }
         let parsed = locksmith_core::driver::BackendUrl::parse(&shown).map_err(|e| invalid(e.to_string()))?;
-        let mut describe = url::describe(&parsed, acl);
+        let mut describe = url::describe(&parsed, acl, options.exclusive);
         if let Some(user) = &options.user {
             describe = describe.replacen("zk://", &format!("zk://{user}@"), 1);
         }
         let hosts: Vec<String> = parsed.hosts().iter().map(ToString::to_string).collect();
-        let parsed = url::ZkUrl { hosts: hosts.join(","), base, digest: options.digest, acl, describe };
+        let parsed = url::ZkUrl {
+            hosts: hosts.join(","),
+            base,
+            digest: options.digest,
+            acl,
+            exclusive: options.exclusive,
+            describe,
+        };
         Ok(Self { url: parsed.describe.clone(), parsed, status_client: Mutex::new(None) })
     }
 
@@ -153,34 +161,8 @@ impl ZkBackend {
         Ok(c)
     }
 
-    async fn status_of(&self, client: &zk::Client, dir: &str, name: String) -> Result<Option<LockStatus>> {
-        let children = match retry(|| client.list_children(dir)).await {
-            Ok(c) => c,
-            Err(zk::Error::NoNode) => return Ok(Some(LockStatus::new(name, None, 0, 0))),
-            Err(e) => return Err(map_err(&self.url, e)),
-        };
-        let cs = contenders(children);
-        let Some(first) = cs.first() else { return Ok(None) };
-        let path = format!("{dir}/{}", first.node);
-        let holder = match retry(|| client.get_data(&path)).await {
-            Ok((data, stat)) => {
-                let token = u64::try_from(stat.czxid).unwrap_or(0);
-                Some(
-                    HolderStatus::new(
-                        format!("{:x}", stat.ephemeral_owner),
-                        String::from_utf8_lossy(&data).into_owned(),
-                        token,
-                        Duration::ZERO,
-                    )
-                    .ttl_left_unknown(),
-                )
-            }
-            Err(zk::Error::NoNode) => None,
-            Err(e) => return Err(map_err(&self.url, e)),
-        };
-        let token = holder.as_ref().map(|h| h.token).unwrap_or(0);
-        let waiters = cs.len().saturating_sub(1) as u64;
-        Ok(Some(LockStatus::new(name, holder, waiters, token)))
+    async fn inspector(&self) -> Result<inspect::Inspector> {
+        Ok(inspect::Inspector { client: self.status_client().await?, url: self.url.clone() })
     }
 }
 
@@ -224,7 +206,35 @@ impl locksmith_core::Backend for ZkBackend {
                 self.url
             )));
         }
-        Ok(Box::new(session::ZkSession::new(client, self.url.clone(), self.parsed.base.clone(), self.parsed.acl)))
+        Ok(Box::new(session::ZkSession::new(
+            client,
+            self.url.clone(),
+            self.parsed.base.clone(),
+            self.parsed.acl,
+            self.parsed.exclusive,
+        )))
+    }
+
+    /// Mutex, read/write lock (Curator `InterProcessReadWriteLock`) and semaphore (Curator
+    /// `InterProcessSemaphoreV2`).
+    fn supports(&self, mode: HoldMode) -> bool {
+        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+    }
+
+    /// Curator `LeaderLatch`: an exclusive hold with a value is a latch participant whose data is
+    /// the proposal.
+    fn supports_election(&self) -> bool {
+        true
+    }
+
+    /// A child watch on the lock's directory; after each change its status is read again and
+    /// reported (for an election: the lowest participant, its proposal and czxid as the term).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the receiver ends the observation and its watch.
+    async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
+        let inspector = self.inspector().await?;
+        Ok(inspector.observe(url::lock_dir(&self.parsed.base, name), name.as_str().to_string()))
     }
 
     /// Status of one lock, or of every lock directory under the base.
@@ -232,11 +242,12 @@ impl locksmith_core::Backend for ZkBackend {
     /// # Cancel safety
     /// Cancel safe: read only.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
-        let client = self.status_client().await?;
+        let inspector = self.inspector().await?;
+        let client = &inspector.client;
         let base = &self.parsed.base;
         if let Some(name) = name {
             let dir = url::lock_dir(base, name);
-            let s = self.status_of(&client, &dir, name.as_str().to_string()).await?;
+            let s = inspector.status_of(&dir, name.as_str().to_string()).await?;
             return Ok(vec![s.unwrap_or_else(|| LockStatus::new(name.as_str().to_string(), None, 0, 0))]);
         }
         let mut out = Vec::new();
@@ -252,17 +263,22 @@ impl locksmith_core::Backend for ZkBackend {
                 Err(zk::Error::NoNode) => continue,
                 Err(e) => return Err(map_err(&self.url, e)),
             };
-            let is_lock = !contenders(children.clone()).is_empty();
-            for c in &children {
-                if !layout::is_contender(c) {
-                    stack.push(format!("{dir}/{c}"));
-                }
-            }
-            if is_lock {
+            let maybe_lock = children.iter().any(|c| layout::is_contender(c) || c == layout::SEMAPHORE_LEASES);
+            let mut semaphore = false;
+            if maybe_lock {
                 if let Some(name) = url::name_of(base, &dir) {
-                    if let Some(s) = self.status_of(&client, &dir, name).await? {
+                    if let Some(s) = inspector.status_of(&dir, name).await? {
+                        semaphore =
+                            s.permits.is_some() || s.holders.iter().any(|h| matches!(h.mode, HoldMode::Permit(_)));
                         out.push(s);
                     }
+                }
+            }
+            for c in &children {
+                // A semaphore's `locks` and `leases` are its own parts, not locks of their own.
+                let part = semaphore && (c == layout::SEMAPHORE_LOCKS || c == layout::SEMAPHORE_LEASES);
+                if !layout::is_contender(c) && !part {
+                    stack.push(format!("{dir}/{c}"));
                 }
             }
         }

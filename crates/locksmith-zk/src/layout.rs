@@ -95,20 +95,29 @@ pub(crate) fn contenders(children: Vec<String>) -> Vec<Contender> {
     v
 }
 
-/// Whether the contender at `pos` of the sorted `cs` holds the lock; if not, the node it must
-/// wait for. An exclusive node holds when it is the first of all (Curator's write lock and
-/// mutex: `ourIndex < 1`) and waits for its immediate predecessor; a reader holds when no
-/// exclusive node is before it (Curator's `readLockPredicate`) and waits for the nearest
-/// exclusive node before it — when that one goes, either the reader holds or another exclusive
-/// node before it is next. Herd free: one watch per waiter, on a node whose deletion can change
-/// its verdict.
-pub(crate) fn verdict(cs: &[Contender], pos: usize) -> Option<&Contender> {
-    let me = cs.get(pos)?;
-    if me.kind.is_exclusive() {
-        pos.checked_sub(1).and_then(|p| cs.get(p))
-    } else {
-        cs[..pos].iter().rev().find(|c| c.kind.is_exclusive())
-    }
+/// Where one contender stands in its lock directory.
+#[derive(Debug)]
+pub(crate) enum Verdict<'a> {
+    /// It holds the lock.
+    Holds,
+    /// It waits; this node's deletion can change that.
+    WaitsFor(&'a Contender),
+    /// It is not among the contenders (deleted by a third party, or its session ended).
+    Gone,
+}
+
+/// Where our node `me` stands among the sorted `cs`. An exclusive node holds when it is the
+/// first of all (Curator's write lock and mutex: `ourIndex < 1`) and waits for its immediate
+/// predecessor; a reader holds when no exclusive node is before it (Curator's
+/// `readLockPredicate`) and waits for the nearest exclusive node before it — when that one
+/// goes, either the reader holds or another exclusive node before it is next. Herd free: one
+/// watch per waiter, on a node whose deletion can change its verdict.
+pub(crate) fn verdict<'a>(cs: &'a [Contender], me: &str) -> Verdict<'a> {
+    let Some(pos) = cs.iter().position(|c| c.node == me) else { return Verdict::Gone };
+    let before = &cs[..pos];
+    let ahead =
+        if cs[pos].kind.is_exclusive() { before.last() } else { before.iter().rev().find(|c| c.kind.is_exclusive()) };
+    ahead.map_or(Verdict::Holds, Verdict::WaitsFor)
 }
 
 /// How many of the sorted `cs`, from the first, hold the lock: the first exclusive node alone,
@@ -221,19 +230,31 @@ mod tests {
         contenders(nodes.iter().map(|(k, s)| format!("_c_u-{k}{s:010}")).collect())
     }
 
+    /// The sequence a contender waits for, `None` when it holds; panics when it is gone.
+    fn waits_for(cs: &[Contender], pos: usize) -> Option<u64> {
+        match verdict(cs, &cs[pos].node) {
+            Verdict::Holds => None,
+            Verdict::WaitsFor(c) => Some(c.seq),
+            Verdict::Gone => panic!("{pos} is gone"),
+        }
+    }
+
     #[test]
     fn readers_hold_together_until_the_first_writer_and_wait_for_the_nearest_one() {
         let cs = dir(&[("__READ__", 1), ("__READ__", 2), ("__WRIT__", 3), ("__READ__", 4), ("__WRIT__", 5)]);
         assert_eq!(holders(&cs), 2);
-        assert!(verdict(&cs, 0).is_none() && verdict(&cs, 1).is_none());
-        assert_eq!(verdict(&cs, 2).map(|c| c.seq), Some(2), "a writer waits for its predecessor");
-        assert_eq!(verdict(&cs, 3).map(|c| c.seq), Some(3), "a reader waits for the nearest writer");
-        assert_eq!(verdict(&cs, 4).map(|c| c.seq), Some(4));
+        assert_eq!((waits_for(&cs, 0), waits_for(&cs, 1)), (None, None));
+        assert_eq!(waits_for(&cs, 2), Some(2), "a writer waits for its predecessor");
+        assert_eq!(waits_for(&cs, 3), Some(3), "a reader waits for the nearest writer");
+        assert_eq!(waits_for(&cs, 4), Some(4));
+        assert!(matches!(verdict(&cs, "_c_u-__READ__0000000009"), Verdict::Gone));
         // A mutex node, a latch or a kazoo node is a writer to readers.
         for k in ["lock-", "latch-"] {
             let cs = dir(&[(k, 1), ("__READ__", 2)]);
-            assert_eq!((holders(&cs), verdict(&cs, 1).map(|c| c.seq)), (1, Some(1)), "{k}");
+            assert_eq!((holders(&cs), waits_for(&cs, 1)), (1, Some(1)), "{k}");
         }
+        let cs = contenders(vec!["k__lock__0000000001".into(), "_c_u-__READ__0000000002".into()]);
+        assert_eq!((holders(&cs), waits_for(&cs, 1)), (1, Some(1)), "kazoo");
         assert_eq!(holders(&[]), 0);
     }
 

@@ -7,7 +7,7 @@ use locksmith_core::driver::{CancelGuard, HoldTable};
 use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result};
 use zookeeper_client as zk;
 
-use crate::layout::{self, contenders, map_err, retry, Kind};
+use crate::layout::{self, contenders, map_err, retry, Kind, Verdict};
 use crate::url::{lock_dir, ExclusiveLayout, NodeAcl};
 
 /// How long `close` waits for the server to confirm the session's end.
@@ -203,8 +203,11 @@ impl ZkSession {
                 self.refuse_if_semaphore(client, name, dir).await?;
             }
             let cs = contenders(children);
-            let Some(pos) = cs.iter().position(|c| c.node == me) else { return Ok(Turn::Vanished) };
-            let Some(ahead) = layout::verdict(&cs, pos) else { return Ok(Turn::Held) };
+            let ahead = match layout::verdict(&cs, me) {
+                Verdict::Holds => return Ok(Turn::Held),
+                Verdict::Gone => return Ok(Turn::Vanished),
+                Verdict::WaitsFor(ahead) => ahead,
+            };
             if !wait {
                 return Ok(Turn::Busy);
             }

@@ -78,3 +78,19 @@ impl std::fmt::Debug for ZkOptions {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ZkBackend;
+    use locksmith_core::Backend;
+
+    #[test]
+    fn the_exclusive_layout_built_in_code_is_the_urls() {
+        let b = ZkBackend::with_options(["h:1"], ZkOptions::new().exclusive(ExclusiveLayout::WriteLock)).unwrap();
+        assert_eq!(b.describe(), "zk://h:1?exclusive=write-lock");
+        assert_eq!(b.parsed.exclusive, ExclusiveLayout::WriteLock);
+        let b = ZkBackend::with_options(["h:1"], ZkOptions::new()).unwrap();
+        assert_eq!((b.describe().as_str(), b.parsed.exclusive), ("zk://h:1", ExclusiveLayout::Mutex));
+    }
+}

@@ -1,23 +1,86 @@
 //! # locksmith-zk: ZooKeeper as a locksmith backend
 //!
-//! URL: `zk://[user:password@]host[:port][,host[:port]…][/path][?acl=creator|creator-read|open]`
+//! URL: `zk://[user:password@]host[:port][,host[:port]…][/path][?acl=creator|creator-read|open][&exclusive=mutex|write-lock]`
 //! (port 2181 when omitted). Building a [`ZkBackend`] does no I/O; sessions
 //! connect when opened (within 3 s, else [`Error::Unavailable`]). The URL path is the **base**
 //! under which lock directories live (default `/locksmith`); it is a plain path prefix, not a
 //! ZooKeeper chroot, and is created on demand.
 //!
-//! ## Layout (Curator `InterProcessMutex` compatible)
+//! ## Layouts (Curator's)
 //! Lock `NAME` is the directory `<base>/NAME` (each `/`-separated segment of the name is kept;
 //! segments ZooKeeper would refuse — empty, `.`, `..`, containing `%` or forbidden characters —
-//! are %-escaped). Each hold is one EPHEMERAL_SEQUENTIAL node `_c_<uuid>-lock-<seq>` holding
-//! the owner id as data, exactly as Curator's `InterProcessMutex` names its nodes, so a Curator
-//! client using `<base>/NAME` as its lock path contends with us. kazoo's `<id>__lock__<seq>`
-//! nodes are counted as contenders too (kazoo needs `extra_lock_patterns=["-lock-"]` to count
-//! ours). Contenders are ordered by the sequence after the last `-lock-` / `__lock__`; the
-//! lowest holds the lock. Waiters are FIFO: each watches only its predecessor and re-checks when
-//! it goes (no herd). The fencing token is the czxid of the holder's node: zxids grow across
-//! the whole ensemble, so tokens grow per lock. Release deletes our node; if the connection
-//! was lost while creating it, the node is found again by its uuid.
+//! are %-escaped). Each hold is one EPHEMERAL_SEQUENTIAL node named as Curator 5 names it,
+//! `_c_<uuid>-<recipe name><10-digit sequence>`, so a Curator client whose recipe uses
+//! `<base>/NAME` as its path contends with us:
+//!
+//! | hold | nodes | data | Curator recipe |
+//! |---|---|---|---|
+//! | exclusive (the mutex; a writer) | `NAME/_c_<uuid>-lock-<seq>` | owner id | `InterProcessMutex` |
+//! | exclusive with `?exclusive=write-lock` | `NAME/_c_<uuid>-__WRIT__<seq>` | owner id | `InterProcessReadWriteLock` write lock |
+//! | shared (a reader) | `NAME/_c_<uuid>-__READ__<seq>` | owner id | `InterProcessReadWriteLock` read lock |
+//! | exclusive **with a value** (a campaign) | `NAME/_c_<uuid>-latch-<seq>` | the proposal | `LeaderLatch` (the proposal is the participant id) |
+//! | permit of N | `NAME/leases/_c_<uuid>-lease-<seq>`, internal mutex `NAME/locks/_c_<uuid>-lock-<seq>` | `permits=N;owner=<owner>` | `InterProcessSemaphoreV2` with `maxLeases` N |
+//!
+//! kazoo's `<id>__lock__<seq>` nodes count as exclusive contenders too (kazoo needs
+//! `extra_lock_patterns=["-lock-"]` to count ours). A ZooKeeper lock **with a value is a
+//! `LeaderLatch` election**: that is how a campaign (an exclusive hold carrying the proposal)
+//! is told from a mutex. A value given with a shared hold or a permit is not stored.
+//!
+//! **Who holds.** Sequences come from one counter per directory, so they order every kind in
+//! arrival order. An exclusive node (mutex, writer, latch, kazoo) holds when no node of any kind
+//! is before it; a reader holds when no exclusive node is before it (Curator's rules:
+//! `ourIndex < 1` for its mutex and write lock, `readLockPredicate` for its read lock). Waiters
+//! are FIFO across kinds, so a writer queued behind readers is not starved by later readers.
+//! Each waiter watches one node whose deletion can change its verdict — an exclusive one its
+//! predecessor, a reader the nearest exclusive node before it — and re-checks when it goes (no
+//! herd). A permit, as in Curator: take the internal mutex, create the lease, wait on a watch of
+//! the leases' children while they number more than N, release the internal mutex (one
+//! acquirer at a time waits for a lease; the others queue on the mutex). `try_lock` of a permit
+//! skips the internal mutex and keeps its lease if the leases number at most N: safe because of
+//! two leases the later one's creator lists the leases after the earlier one exists. Leases are
+//! ephemeral: a crashed holder's permit comes back with its session.
+//!
+//! **Tokens.** The fencing token is the czxid of the hold's own node (a leader's term: of its
+//! latch node): zxids grow across the whole ensemble, so a holder's token is greater than every
+//! earlier holder's (readers and permit holders get distinct tokens in arrival order; two
+//! readers let in by one writer leaving are granted together). Release deletes our node; if the
+//! connection was lost while creating it, the node is found again by its uuid, as Curator's
+//! `withProtection` does. A dropped or timed-out acquisition deletes its nodes (a permit's lease
+//! and internal-mutex node both) in a spawned task.
+//!
+//! ## What interoperates with what
+//! - Curator `InterProcessMutex` and kazoo `Lock` ↔ locksmith exclusive holds (default layout).
+//! - Curator `InterProcessReadWriteLock`: its writers ↔ locksmith readers in either layout, its
+//!   readers ↔ locksmith readers (they share); its readers ↔ locksmith writers **only with
+//!   `?exclusive=write-lock`**: Curator's readers count only `__WRIT__` nodes as writers, and
+//!   its recipes ignore each other's nodes, so the Java side's recipe decides the layout (with
+//!   `write-lock`, an `InterProcessMutex` no longer sees locksmith's exclusive holds). locksmith
+//!   clients respect both exclusive kinds whatever their own setting.
+//! - Curator `InterProcessSemaphoreV2` ↔ locksmith permits of the same N.
+//! - Curator `LeaderLatch` ↔ locksmith campaigns and observers: each waits while the other leads;
+//!   `LeaderLatch.getLeader().getId()` reads a locksmith leader's proposal, and a locksmith
+//!   observer sees a Curator leader's participant id as its value.
+//!
+//! ## What is not enforced
+//! - **The number of permits across Curator clients.** Curator keeps N nowhere (each client
+//!   passes its own `maxLeases`). locksmith writes N into its own leases' data (Curator never
+//!   reads a lease's data), so a locksmith client asking for another N while a locksmith lease
+//!   exists is refused; a Curator client with another `maxLeases` is neither seen nor refused.
+//!   N is not kept in the data of the `leases` node because that node outlives its leases (it
+//!   is persistent, or a Curator container reaped only later): a stale N would refuse the next
+//!   user's, while a lease's data ends with the lease.
+//! - **Mixed recipes on one name on the Java side.** Curator's recipes do not see each other's
+//!   nodes (a mutex does not see latch or read nodes); locksmith orders every kind in a
+//!   directory together, so locksmith clients stay safe whatever the mix, but a Java peer is
+//!   excluded only by nodes of its own recipe: use one recipe per name on both sides.
+//! - **Semaphore vs lock on one name** is refused by locksmith (a permit where contender nodes
+//!   exist, a lock where leases exist), after creating its own node, so of two racing first
+//!   users at least one is refused; Curator does not check. While `NAME` is a semaphore, the
+//!   names `NAME/locks` and `NAME/leases` are its parts, not locks of their own.
+//! - **Reentrancy** is the engine's (by owner id, whatever the kind): Curator's rule that the
+//!   thread holding the write lock may read applies within one Curator process only.
+//! - **Observing** follows a lock directory's children: elections, mutexes and read/write locks.
+//!   A semaphore's leases are shown by `status`, not observed.
 //!
 //! ## Authentication and ACLs
 //! `zk://user:password@host/…` authenticates the session with ZooKeeper's `digest` scheme, and
@@ -51,28 +114,37 @@
 //! first. A server restart within the session timeout keeps the session and its nodes.
 //! Lock-delay is not supported (ignored).
 //!
-//! ## Status
-//! `status(Some(name))` lists the lock's contenders: holder = lowest sequence (session id in
-//! hex, owner = node data), waiters = contenders − 1, token and last token = holder's czxid.
-//! The holder's `ttl_left` is unknown to ZooKeeper clients and reported as unknown (`None`). `status(None)`
-//! walks the tree under the base and reports every directory with contenders.
+//! ## Status and observation
+//! `status(Some(name))` reads the lock's directory. Holders by the rules above (the first
+//! exclusive node, or every reader before the first exclusive node), each with its session id in
+//! hex, owner (node data; a latch node's name, its data being the proposal, shown as the
+//! holder's value), czxid as token, kind ([`HoldMode`]); waiters = the other contenders. A
+//! semaphore (its `leases` has lease nodes) shows its permits when a locksmith lease tells them
+//! ([`LockStatus::permits`]), the first N leases as holders, and as waiters the leases beyond
+//! and the acquirers queued on the internal mutex; with only Curator leases N is unknown and
+//! every lease is shown. A holder's `ttl_left` is unknown to ZooKeeper clients (`None`).
+//! `status(None)` walks the tree under the base and reports every directory with contenders or
+//! leases. [`observe`](locksmith_core::Backend::observe) sets a child watch on the lock's
+//! directory (or an existence watch while it does not exist) and reports its status after every
+//! change: for an election, the lowest participant, its proposal and its term.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod inspect;
 mod layout;
 mod options;
 mod session;
 mod url;
 
 pub use options::ZkOptions;
-pub use url::NodeAcl;
+pub use url::{ExclusiveLayout, NodeAcl};
 
 use std::time::Duration;
 
-use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
+use locksmith_core::{Error, HoldMode, LockName, LockStatus, Result};
 use tokio::sync::Mutex;
 use zookeeper_client as zk;
 
-use crate::layout::{contenders, map_err, retry};
+use crate::layout::{map_err, retry};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 const STATUS_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
@@ -123,12 +195,19 @@ impl ZkBackend {
             shown.push_str(&base);
         }
         let parsed = locksmith_core::driver::BackendUrl::parse(&shown).map_err(|e| invalid(e.to_string()))?;
-        let mut describe = url::describe(&parsed, acl);
+        let mut describe = url::describe(&parsed, acl, options.exclusive);
         if let Some(user) = &options.user {
             describe = describe.replacen("zk://", &format!("zk://{user}@"), 1);
         }
         let hosts: Vec<String> = parsed.hosts().iter().map(ToString::to_string).collect();
-        let parsed = url::ZkUrl { hosts: hosts.join(","), base, digest: options.digest, acl, describe };
+        let parsed = url::ZkUrl {
+            hosts: hosts.join(","),
+            base,
+            digest: options.digest,
+            acl,
+            exclusive: options.exclusive,
+            describe,
+        };
         Ok(Self { url: parsed.describe.clone(), parsed, status_client: Mutex::new(None) })
     }
 
@@ -153,34 +232,8 @@ impl ZkBackend {
         Ok(c)
     }
 
-    async fn status_of(&self, client: &zk::Client, dir: &str, name: String) -> Result<Option<LockStatus>> {
-        let children = match retry(|| client.list_children(dir)).await {
-            Ok(c) => c,
-            Err(zk::Error::NoNode) => return Ok(Some(LockStatus::new(name, None, 0, 0))),
-            Err(e) => return Err(map_err(&self.url, e)),
-        };
-        let cs = contenders(children);
-        let Some(first) = cs.first() else { return Ok(None) };
-        let path = format!("{dir}/{}", first.node);
-        let holder = match retry(|| client.get_data(&path)).await {
-            Ok((data, stat)) => {
-                let token = u64::try_from(stat.czxid).unwrap_or(0);
-                Some(
-                    HolderStatus::new(
-                        format!("{:x}", stat.ephemeral_owner),
-                        String::from_utf8_lossy(&data).into_owned(),
-                        token,
-                        Duration::ZERO,
-                    )
-                    .ttl_left_unknown(),
-                )
-            }
-            Err(zk::Error::NoNode) => None,
-            Err(e) => return Err(map_err(&self.url, e)),
-        };
-        let token = holder.as_ref().map(|h| h.token).unwrap_or(0);
-        let waiters = cs.len().saturating_sub(1) as u64;
-        Ok(Some(LockStatus::new(name, holder, waiters, token)))
+    async fn inspector(&self) -> Result<inspect::Inspector> {
+        Ok(inspect::Inspector { client: self.status_client().await?, url: self.url.clone() })
     }
 }
 
@@ -224,7 +277,35 @@ impl locksmith_core::Backend for ZkBackend {
                 self.url
             )));
         }
-        Ok(Box::new(session::ZkSession::new(client, self.url.clone(), self.parsed.base.clone(), self.parsed.acl)))
+        Ok(Box::new(session::ZkSession::new(
+            client,
+            self.url.clone(),
+            self.parsed.base.clone(),
+            self.parsed.acl,
+            self.parsed.exclusive,
+        )))
+    }
+
+    /// Mutex, read/write lock (Curator `InterProcessReadWriteLock`) and semaphore (Curator
+    /// `InterProcessSemaphoreV2`).
+    fn supports(&self, mode: HoldMode) -> bool {
+        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+    }
+
+    /// Curator `LeaderLatch`: an exclusive hold with a value is a latch participant whose data is
+    /// the proposal.
+    fn supports_election(&self) -> bool {
+        true
+    }
+
+    /// A child watch on the lock's directory; after each change its status is read again and
+    /// reported (for an election: the lowest participant, its proposal and czxid as the term).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the receiver ends the observation and its watch.
+    async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
+        let inspector = self.inspector().await?;
+        Ok(inspector.observe(url::lock_dir(&self.parsed.base, name), name.as_str().to_string()))
     }
 
     /// Status of one lock, or of every lock directory under the base.
@@ -232,11 +313,12 @@ impl locksmith_core::Backend for ZkBackend {
     /// # Cancel safety
     /// Cancel safe: read only.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
-        let client = self.status_client().await?;
+        let inspector = self.inspector().await?;
+        let client = &inspector.client;
         let base = &self.parsed.base;
         if let Some(name) = name {
             let dir = url::lock_dir(base, name);
-            let s = self.status_of(&client, &dir, name.as_str().to_string()).await?;
+            let s = inspector.status_of(&dir, name.as_str().to_string()).await?;
             return Ok(vec![s.unwrap_or_else(|| LockStatus::new(name.as_str().to_string(), None, 0, 0))]);
         }
         let mut out = Vec::new();
@@ -252,17 +334,22 @@ impl locksmith_core::Backend for ZkBackend {
                 Err(zk::Error::NoNode) => continue,
                 Err(e) => return Err(map_err(&self.url, e)),
             };
-            let is_lock = !contenders(children.clone()).is_empty();
-            for c in &children {
-                if !layout::is_contender(c) {
-                    stack.push(format!("{dir}/{c}"));
-                }
-            }
-            if is_lock {
+            let maybe_lock = children.iter().any(|c| layout::is_contender(c) || c == layout::SEMAPHORE_LEASES);
+            let mut semaphore = false;
+            if maybe_lock {
                 if let Some(name) = url::name_of(base, &dir) {
-                    if let Some(s) = self.status_of(&client, &dir, name).await? {
+                    if let Some(s) = inspector.status_of(&dir, name).await? {
+                        semaphore =
+                            s.permits.is_some() || s.holders.iter().any(|h| matches!(h.mode, HoldMode::Permit(_)));
                         out.push(s);
                     }
+                }
+            }
+            for c in &children {
+                // A semaphore's `locks` and `leases` are its own parts, not locks of their own.
+                let part = semaphore && (c == layout::SEMAPHORE_LOCKS || c == layout::SEMAPHORE_LEASES);
+                if !layout::is_contender(c) && !part {
+                    stack.push(format!("{dir}/{c}"));
                 }
             }
         }

@@ -1,7 +1,7 @@
 //! A [`ZkBackend`](crate::ZkBackend) built in code: for credentials that do not belong in a URL
 //! (a password from a vault or a secret store). Says what `zk://user:password@…/base?acl=` says.
 
-use crate::url::{Digest, NodeAcl};
+use crate::url::{Digest, ExclusiveLayout, NodeAcl};
 
 /// Settings of a ZooKeeper backend beyond its hosts. `Debug` never shows the password.
 ///
@@ -25,6 +25,7 @@ pub struct ZkOptions {
     pub(crate) user: Option<String>,
     pub(crate) digest: Option<Digest>,
     pub(crate) acl: Option<NodeAcl>,
+    pub(crate) exclusive: ExclusiveLayout,
 }
 
 impl ZkOptions {
@@ -57,6 +58,14 @@ impl ZkOptions {
         self.acl = Some(acl);
         self
     }
+
+    /// Which Curator recipe exclusive holds share (default [`ExclusiveLayout::Mutex`]; what
+    /// `?exclusive=mutex|write-lock` says in a URL).
+    #[must_use]
+    pub fn exclusive(mut self, layout: ExclusiveLayout) -> Self {
+        self.exclusive = layout;
+        self
+    }
 }
 
 impl std::fmt::Debug for ZkOptions {
@@ -65,6 +74,23 @@ impl std::fmt::Debug for ZkOptions {
             .field("base", &self.base)
             .field("user", &self.user)
             .field("acl", &self.acl)
+            .field("exclusive", &self.exclusive)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ZkBackend;
+    use locksmith_core::Backend;
+
+    #[test]
+    fn the_exclusive_layout_built_in_code_is_the_urls() {
+        let b = ZkBackend::with_options(["h:1"], ZkOptions::new().exclusive(ExclusiveLayout::WriteLock)).unwrap();
+        assert_eq!(b.describe(), "zk://h:1?exclusive=write-lock");
+        assert_eq!(b.parsed.exclusive, ExclusiveLayout::WriteLock);
+        let b = ZkBackend::with_options(["h:1"], ZkOptions::new()).unwrap();
+        assert_eq!((b.describe().as_str(), b.parsed.exclusive), ("zk://h:1", ExclusiveLayout::Mutex));
     }
 }

@@ -15,6 +15,8 @@ pub(crate) struct ZkUrl {
     pub(crate) digest: Option<Digest>,
     /// The ACL every node this driver creates gets.
     pub(crate) acl: NodeAcl,
+    /// Which Curator recipe an exclusive hold (without a value) shares.
+    pub(crate) exclusive: ExclusiveLayout,
     /// The URL for messages and logs (no credentials).
     pub(crate) describe: String,
 }
@@ -54,7 +56,24 @@ impl NodeAcl {
     }
 }
 
-/// Parses `zk://[user:password@]host[:port][,host[:port]…][/base][?acl=creator|creator-read|open]`
+/// Which node an exclusive hold without a value creates (`?exclusive=` in a URL): Curator's
+/// mutex and Curator's write lock cannot be one node name, and Curator's own recipes do not see
+/// each other's nodes, so the Java side's recipe decides. locksmith clients respect both kinds
+/// either way (and readers see both as writers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExclusiveLayout {
+    /// `_c_<uuid>-lock-<seq>`: Curator `InterProcessMutex` (and kazoo `Lock` with
+    /// `extra_lock_patterns=["-lock-"]`) contend with locksmith's exclusive holds. Curator's
+    /// read/write lock does not see these nodes: its readers would not wait for them.
+    #[default]
+    Mutex,
+    /// `_c_<uuid>-__WRIT__<seq>`: the write lock of Curator `InterProcessReadWriteLock`, so that
+    /// Curator's readers wait for locksmith's writers. Curator's `InterProcessMutex` does not see
+    /// these nodes.
+    WriteLock,
+}
+
+/// Parses `zk://[user:password@]host[:port][,host[:port]…][/base][?acl=creator|creator-read|open][&exclusive=mutex|write-lock]`
 /// (port 2181 when omitted).
 pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
     let mut u = BackendUrl::parse(url)?;
@@ -73,13 +92,18 @@ pub(crate) fn parse(url: &str) -> Result<ZkUrl> {
         Some("open") => Some(NodeAcl::Open),
         Some(other) => return Err(u.invalid(format!("acl={other:?}: expected creator, creator-read or open"))),
     };
-    u.refuse_other_options(&["acl"])?;
+    let exclusive = match u.take_option("exclusive").as_deref() {
+        None | Some("mutex") => ExclusiveLayout::Mutex,
+        Some("write-lock") => ExclusiveLayout::WriteLock,
+        Some(other) => return Err(u.invalid(format!("exclusive={other:?}: expected mutex or write-lock"))),
+    };
+    u.refuse_other_options(&["acl", "exclusive"])?;
     u.refuse_extras(true, true, false)?;
     let acl = resolve_acl(acl, digest.is_some()).map_err(|reason| u.invalid(reason))?;
     let base = check_base(u.path()).map_err(|reason| u.invalid(reason))?;
     let hosts: Vec<String> = u.hosts().iter().map(ToString::to_string).collect();
-    let describe = describe(&u, acl);
-    Ok(ZkUrl { hosts: hosts.join(","), base, digest, acl, describe })
+    let describe = describe(&u, acl, exclusive);
+    Ok(ZkUrl { hosts: hosts.join(","), base, digest, acl, exclusive, describe })
 }
 
 /// The ACL for `asked` (none: the default), given whether there are credentials: creator-only
@@ -118,12 +142,17 @@ pub(crate) fn check_base(path: &str) -> std::result::Result<String, String> {
     Ok(trimmed.to_string())
 }
 
-/// The URL for messages: no credentials, the ACL when it is not what the URL implies anyway.
-pub(crate) fn describe(u: &BackendUrl, acl: NodeAcl) -> String {
-    match acl {
-        NodeAcl::CreatorWorldRead => u.describe(&[("acl", "creator-read")]),
-        _ => u.describe(&[]),
+/// The URL for messages: no credentials, the ACL when it is not what the URL implies anyway,
+/// the exclusive layout when it is not the default.
+pub(crate) fn describe(u: &BackendUrl, acl: NodeAcl, exclusive: ExclusiveLayout) -> String {
+    let mut shown = Vec::new();
+    if acl == NodeAcl::CreatorWorldRead {
+        shown.push(("acl", "creator-read"));
     }
+    if exclusive == ExclusiveLayout::WriteLock {
+        shown.push(("exclusive", "write-lock"));
+    }
+    u.describe(&shown)
 }
 
 /// Characters ZooKeeper refuses in paths (besides `/`), and `%`, our escape character.
@@ -198,6 +227,10 @@ mod tests {
         assert_eq!(parse("zk://h:1").unwrap().acl, NodeAcl::Open);
         assert_eq!(parse("zk://h:1?acl=open").unwrap().acl, NodeAcl::Open);
         assert_eq!(parse("zk://u:p@h:1?acl=open").unwrap().acl, NodeAcl::Open);
+        assert_eq!(parse("zk://h:1").unwrap().exclusive, ExclusiveLayout::Mutex);
+        assert_eq!(parse("zk://h:1?exclusive=mutex").unwrap().exclusive, ExclusiveLayout::Mutex);
+        let u = parse("zk://h:1/b?exclusive=write-lock").unwrap();
+        assert_eq!((u.exclusive, u.describe.as_str()), (ExclusiveLayout::WriteLock, "zk://h:1/b?exclusive=write-lock"));
         for bad in [
             "zk://",
             "zk://h:0",
@@ -209,6 +242,7 @@ mod tests {
             "zk://h:1?acl=creator",
             "zk://h:1?acl=creator-read",
             "zk://u:p@h:1?acl=all",
+            "zk://h:1?exclusive=writer",
         ] {
             assert!(matches!(parse(bad), Err(locksmith_core::Error::InvalidUrl { .. })), "{bad}");
         }

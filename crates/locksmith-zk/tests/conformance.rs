@@ -1,5 +1,5 @@
-//! The shared contract suite against a real ZooKeeper (one server shared by the tests of this
-//! binary; every test uses its own lock names).
+//! The shared contract suite, and the primitives beyond the mutex, against a real ZooKeeper (one
+//! server shared by the tests of this binary; every test uses its own lock names).
 
 use std::sync::OnceLock;
 
@@ -13,3 +13,7 @@ fn zk() -> UrlTarget {
 }
 
 locksmith_core::conformance_suite!(zk());
+
+// Beyond the mutex, in Curator's layouts: InterProcessReadWriteLock, InterProcessSemaphoreV2,
+// LeaderLatch.
+locksmith_core::primitives_suite!(zk());

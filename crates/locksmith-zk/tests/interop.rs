@@ -1,20 +1,16 @@
 //! Interop with third-party ZooKeeper lock clients (kazoo's `Lock`, Curator's
 //! `InterProcessMutex`) on the same lock: they and locksmith never overlap.
 
-use std::io::Write;
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use common::{curator_classpath, log_line, wait_for};
 use locksmith_testkit::{interop_python, ZkServer};
 
 const ROUNDS: usize = 25;
-
-/// Appends one line (O_APPEND, one write: atomic for short lines).
-fn log_line(file: &Path, line: &str) {
-    let mut f = std::fs::OpenOptions::new().append(true).create(true).open(file).unwrap();
-    f.write_all(format!("{line}\n").as_bytes()).unwrap();
-}
 
 /// Every `enter X` is followed by `exit X` before the next `enter`; returns entries per side.
 fn check_no_overlap(file: &Path) -> std::collections::HashMap<String, usize> {
@@ -37,17 +33,6 @@ fn check_no_overlap(file: &Path) -> std::collections::HashMap<String, usize> {
         }
     }
     count
-}
-
-/// Waits until `needle` shows in the log, so both sides really contend.
-async fn wait_for(file: &Path, needle: &str) {
-    for _ in 0..600 {
-        if std::fs::read_to_string(file).map(|t| t.contains(needle)).unwrap_or(false) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("{needle:?} never showed in {}", file.display());
 }
 
 /// How often the log switches from one client family to another.
@@ -147,27 +132,6 @@ public class CuratorLock {
     }
 }
 "#;
-
-fn curator_classpath() -> String {
-    let jars = [
-        "curator-recipes",
-        "curator-framework",
-        "curator-client",
-        "zookeeper",
-        "zookeeper-jute",
-        "guava",
-        "slf4j-api",
-        "slf4j-nop",
-    ];
-    jars.iter()
-        .map(|j| {
-            let p = format!("/usr/share/java/{j}.jar");
-            assert!(Path::new(&p).exists(), "{p} is missing; run: bash scripts/setup.sh");
-            p
-        })
-        .collect::<Vec<_>>()
-        .join(":")
-}
 
 /// Curator's `InterProcessMutex` (compiled here with `javac`) and locksmith contend for one
 /// lock in loops: the shared enter/exit log shows no overlap either way.

@@ -38,7 +38,7 @@ impl Machine {
             }
             Record::Grant { name, session, owner, token, lock_delay, mode, value } => {
                 self.touched(name);
-                let lock = lock_entry(&mut self.locks, name);
+                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
                 lock.counter = lock.counter.max(*token);
                 // A lock is granted only once its lock-delay is over.
                 set_delay(&mut self.delays, lock, name, None);
@@ -65,7 +65,7 @@ impl Machine {
             }
             Record::Release { name, token, delay } => {
                 self.touched(name);
-                let lock = lock_entry(&mut self.locks, name);
+                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
                 lock.counter = lock.counter.max(*token);
                 if let Some(h) = lock.remove_holder(*token) {
                     if let Some(s) = self.sessions.get_mut(&h.session) {
@@ -93,14 +93,14 @@ impl Machine {
                 }
             }
             Record::Counter { name, token, delay } => {
-                let lock = lock_entry(&mut self.locks, name);
+                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
                 lock.counter = lock.counter.max(*token);
                 if !delay.is_zero() {
                     set_delay(&mut self.delays, lock, name, Some(now + *delay));
                 }
             }
             Record::Reserve { name, upto } => {
-                let lock = lock_entry(&mut self.locks, name);
+                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
                 lock.reserved = lock.reserved.max(*upto);
             }
             Record::Horizon { ttl, lock_delay } => {
@@ -112,8 +112,14 @@ impl Machine {
 }
 
 /// The lock `name`, created (never granted, counters at zero) if the machine does not know it.
-fn lock_entry<'a>(locks: &'a mut std::collections::BTreeMap<Box<str>, Lock>, name: &str) -> &'a mut Lock {
-    locks.entry(name.into()).or_default()
+/// `None` only if the map refuses to keep what was just put in it.
+fn lock_entry<'a>(locks: &'a mut std::collections::BTreeMap<Box<str>, Lock>, name: &str) -> Option<&'a mut Lock> {
+    // Looked up by `&str` first: the name is copied only for a lock the machine did not know
+    // (the entry API would copy it on every grant and release).
+    if !locks.contains_key(name) {
+        locks.insert(name.into(), Lock::default());
+    }
+    locks.get_mut(name)
 }
 
 /// Sets (or ends) the lock-delay of the lock `name`, keeping the index in step.

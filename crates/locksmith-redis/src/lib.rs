@@ -1,6 +1,6 @@
 //! # locksmith-redis: one Redis instance as a locksmith backend
 //!
-//! URL: `redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]`, with TLS
+//! URL: `redis://[user:pass@]host:port[/db][?mode=plain|reentrant|rwlock&prefix=P]`, with TLS
 //! `rediss://…[?ca=FILE&cert=FILE&key=FILE]` (see *TLS and authentication*). Building a
 //! [`RedisBackend`] does no network I/O; one command connection (reconnecting by itself) and
 //! one pub/sub connection per backend are opened on first use, with 3 s connection and reply
@@ -125,9 +125,12 @@ mod holds;
 mod layout;
 mod pending;
 mod router;
+mod rwlock;
 mod scripts;
+mod semaphore;
 mod session;
 mod shared;
+mod status;
 mod url;
 
 pub use backend::RedisBackend;

@@ -135,7 +135,11 @@ if me ~= '' then
 end
 local pttl = -2
 if t ~= 'none' then pttl = redis.call('pttl', KEYS[1]) end
-return {0, pttl, rank}
+-- Held by someone locksmith has no record of (a Java client): its release comes only on
+-- Redisson's channel, which the waiter then listens to as well.
+local foreign = 0
+if t == 'hash' and redis.call('hlen', KEYS[1]) - 1 > redis.call('hlen', KEYS[6]) then foreign = 1 end
+return {0, pttl, rank, foreign}
 "
     ))
 });

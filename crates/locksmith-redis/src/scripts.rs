@@ -7,7 +7,8 @@
 //!   `ARGV = [ident, ttl_ms, waiter, lifetime_ms]` (`waiter` empty: not queued); reentrant:
 //!   `KEYS = [key, fence, sem_counter, sem_timeouts]`, `ARGV = [ident, ttl_ms]`. Replies:
 //!   `{1, token}` granted, `{0, pttl, rank}` busy (`rank` is how many queued waiters go before
-//!   the caller, `-1` when not queued; reentrant replies `{0, pttl}`), `{-1, type}` the key holds
+//!   the caller, `-1` when not queued; reentrant replies `{0, pttl}`; read/write locks and
+//!   semaphores `{0, pttl, rank, foreign}`, `foreign` 1 when a Java holder blocks the caller), `{-1, type}` the key holds
 //!   a foreign type, `{-2, err}` the fence key is unusable, `{-3, what}` the name is in use as
 //!   another primitive (`semaphore`, `lock`), `{-4, permits}` a semaphore of another number of
 //!   permits (nothing was changed in the error cases, except that a queued waiter left the
@@ -338,6 +339,9 @@ pub(crate) struct Busy {
     /// How many queued waiters go before the caller (0: next to be woken; a reader counts the
     /// writers before it, a permit the waiters beyond the permits free); negative: not queued.
     pub(crate) rank: i64,
+    /// Read/write locks and semaphores: a holder locksmith has no record of (a Java client)
+    /// blocks the caller; its release is announced only on Redisson's channel.
+    pub(crate) foreign: bool,
 }
 
 impl Busy {
@@ -374,15 +378,23 @@ impl Attempt {
         let Value::Array(items) = v else { return None };
         if let [code, a, b] = items.as_slice() {
             return match as_int(code)? {
-                0 => Some(Self::Busy(Busy { pttl: as_int(a)?, rank: as_int(b)? })),
+                0 => Some(Self::Busy(Busy { pttl: as_int(a)?, rank: as_int(b)?, foreign: false })),
                 -1 => Some(Self::WrongTypeAt(as_text(b)?, as_text(a)?)),
+                _ => None,
+            };
+        }
+        if let [code, pttl, rank, foreign] = items.as_slice() {
+            return match as_int(code)? {
+                0 => {
+                    Some(Self::Busy(Busy { pttl: as_int(pttl)?, rank: as_int(rank)?, foreign: as_int(foreign)? == 1 }))
+                }
                 _ => None,
             };
         }
         let [code, value] = items.as_slice() else { return None };
         match (as_int(code)?, value) {
             (1, v) => Some(Self::Granted(u64::try_from(as_int(v)?).ok()?)),
-            (0, v) => Some(Self::Busy(Busy { pttl: as_int(v)?, rank: -1 })),
+            (0, v) => Some(Self::Busy(Busy { pttl: as_int(v)?, rank: -1, foreign: false })),
             (-1, v) => Some(Self::WrongType(as_text(v)?)),
             (-2, v) => Some(Self::BadFence(as_text(v)?)),
             (-3, v) => Some(Self::InUse(as_text(v)?)),
@@ -421,10 +433,12 @@ mod tests {
         assert_eq!(Attempt::parse(&arr(Value::Int(1), Value::Int(7))), Some(Attempt::Granted(7)));
         assert_eq!(
             Attempt::parse(&arr(Value::Int(0), Value::Int(-1))),
-            Some(Attempt::Busy(Busy { pttl: -1, rank: -1 }))
+            Some(Attempt::Busy(Busy { pttl: -1, rank: -1, foreign: false }))
         );
         let queued = Value::Array(vec![Value::Int(0), Value::Int(900), Value::Int(3)]);
-        assert_eq!(Attempt::parse(&queued), Some(Attempt::Busy(Busy { pttl: 900, rank: 3 })));
+        assert_eq!(Attempt::parse(&queued), Some(Attempt::Busy(Busy { pttl: 900, rank: 3, foreign: false })));
+        let java = Value::Array(vec![Value::Int(0), Value::Int(900), Value::Int(0), Value::Int(1)]);
+        assert_eq!(Attempt::parse(&java), Some(Attempt::Busy(Busy { pttl: 900, rank: 0, foreign: true })));
         assert_eq!(
             Attempt::parse(&arr(Value::Int(-1), Value::BulkString(b"list".to_vec()))),
             Some(Attempt::WrongType("list".into()))

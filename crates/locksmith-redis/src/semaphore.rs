@@ -122,7 +122,11 @@ end
 local pttl = -1
 local first = redis.call('zrange', KEYS[2], 0, 0, 'WITHSCORES')[2]
 if first then pttl = math.max(0, tonumber(first) - now_ms) end
-return {0, pttl, rank}
+-- Permits out that locksmith has no record of (a Java client's): their release comes only on
+-- Redisson's channel, which the waiter then listens to as well.
+local foreign = 0
+if total - avail > redis.call('hlen', KEYS[6]) then foreign = 1 end
+return {0, pttl, rank, foreign}
 "
     ))
 });

@@ -165,9 +165,9 @@ impl Session for RedisSession {
 
     /// Acquires; a busy lock is waited for. Every kind but Redisson's `RLock` (reentrant mode)
     /// queues: after the first busy attempt the waiter subscribes to its own wake-up channel,
-    /// then joins the lock's FIFO waiter queue; a release wakes only the waiters it admits. Where
-    /// Redisson's layout has a release channel (read/write locks, semaphores, `RLock`), the
-    /// waiter subscribes to it before its first try too, so Java releases wake it. The next in
+    /// then joins the lock's FIFO waiter queue; a release wakes only the waiters it admits. A
+    /// read/write or semaphore waiter blocked by a Java holder also subscribes to Redisson's
+    /// release channel (and tries again before it waits), so that holder's release wakes it. The next in
     /// line also retries on a fallback timer (the holder's TTL capped by a jittered backoff); the
     /// others refresh their entry about every second. Reentrant mode waits on Redisson's channel
     /// with the same fallback timer.
@@ -192,10 +192,14 @@ impl Session for RedisSession {
         self.shared.layout.check_name(req.name.as_str())?;
         let mut pending = self.begin(&req.name, &req.owner, kind).await?;
         let key = pending.state().entry.key.clone();
-        // Redisson's channel, shared by every waiter of the lock, is subscribed before the first
-        // try, so no Java release is missed.
-        let redisson = match (req.wait, self.shared.layout.redisson_channel(kind, &key)) {
-            (true, Some(channel)) => Some(self.shared.router.register(&channel).await),
+        let redisson_channel = self.shared.layout.redisson_channel(kind, &key);
+        // Redisson's channel, shared by every waiter of the lock. Reentrant mode subscribes
+        // before the first try, so no release is missed. Queued kinds are woken by their own
+        // channel (one message per admitted waiter, no herd) and subscribe to Redisson's only
+        // once a Java holder blocks them (whose release is announced there alone), then try
+        // again before waiting, so that release is not missed either.
+        let mut redisson = match (req.wait && !kind.queued(), &redisson_channel) {
+            (true, Some(channel)) => Some(self.shared.router.register(channel).await),
             _ => None,
         };
         // The waiter's own channel, once it queues.
@@ -236,6 +240,10 @@ impl Session for RedisSession {
             };
             if !req.wait {
                 return Ok(Acquired::Busy);
+            }
+            if let (true, None, Some(channel)) = (busy.foreign, &redisson, &redisson_channel) {
+                redisson = Some(self.shared.router.register(channel).await);
+                continue;
             }
             if kind.queued() && own.is_none() {
                 // First busy attempt: subscribe first, so that no wake-up is missed, then join the

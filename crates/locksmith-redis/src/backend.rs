@@ -37,6 +37,11 @@ impl RedisBackend {
     /// use locksmith_core::Backend;
     /// assert_eq!(b.describe(), "redis://user@127.0.0.1:6379/1?mode=reentrant");
     /// assert_eq!(b.mode(), locksmith_redis::Mode::Reentrant);
+    /// // Semaphores in every mode; read locks only where exclusive holds are Redisson write locks.
+    /// use locksmith_core::HoldMode;
+    /// assert!(b.supports(HoldMode::Permit(3)) && !b.supports(HoldMode::Shared));
+    /// let rw = locksmith_redis::RedisBackend::from_url("redis://127.0.0.1:6379?mode=rwlock")?;
+    /// assert!(rw.supports(HoldMode::Shared) && !rw.supports_election());
     /// # Ok::<(), locksmith_core::Error>(())
     /// ```
     ///

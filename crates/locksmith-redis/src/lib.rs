@@ -96,6 +96,13 @@
 //! queued writer. Java readers do not queue and can still starve a locksmith writer; Java writers
 //! compete for a free lock without queueing.
 //!
+//! **TTL with Java readers**: Redisson's watchdog renews a Java reader by setting the hash's
+//! expiry to its own lease (`lockWatchdogTimeout`, 30 s by default), which can shorten it. While
+//! locksmith readers renew (every TTL/3) that does no harm, but a locksmith reader that stops
+//! renewing (paused, partitioned) could see the hash expire before its own lease, and so before
+//! its guard's loss signal. When Java readers share a lock, keep locksmith's TTL at or below
+//! Redisson's watchdog lease.
+//!
 //! Where locksmith is stricter than Redisson, never looser: a hash without `mode` (an `RLock`,
 //! `?mode=reentrant`) is held, never joined; a locksmith reader never joins a write-mode hash
 //! (Redisson lets the writing thread also read; locksmith holds have distinct owners); a release

@@ -32,7 +32,8 @@ pub(crate) struct Entry {
     /// Read/write locks and semaphores: `<session>:<owner>`, recorded with the token for
     /// `status`.
     pub(crate) record: String,
-    /// Plain mode: the waiter id, once the acquisition may have joined the lock's waiter queue.
+    /// Queued kinds (all but reentrant): the waiter id, once the acquisition may have joined the
+    /// lock's waiter queue.
     pub(crate) waiter: OnceLock<String>,
     /// Held by whoever acquires or cleans up this entry, so a cleanup still running for an
     /// abandoned attempt finishes before the same `(lock, owner)` is acquired again (in

@@ -315,7 +315,7 @@ pub(crate) fn release(kind: Kind) -> &'static Script {
     }
 }
 
-/// Plain mode: a waiter leaves the queue.
+/// Plain (and reentrant, never queued) mode: a waiter leaves the queue.
 pub(crate) fn leave() -> &'static Script {
     &PLAIN_LEAVE
 }

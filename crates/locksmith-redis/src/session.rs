@@ -128,6 +128,9 @@ impl RedisSession {
 }
 
 /// Resolves when `reg` is woken; never without one.
+///
+/// # Cancel safety
+/// Cancel safe: a wake-up that arrives later is kept for the next call.
 async fn notified(reg: Option<&Registration>) {
     match reg {
         Some(r) => r.notified().await,

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::{Backend, Error, HolderStatus, LockName, LockStatus, Result, Session};
+use locksmith_core::{Backend, Error, HoldMode, HolderStatus, LockName, LockStatus, Result, Session};
 use redis::Value;
 
 use crate::conn::Conn;
@@ -24,7 +24,7 @@ pub struct RedisBackend {
 }
 
 impl RedisBackend {
-    /// Parses `redis://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P]`, or with TLS
+    /// Parses `redis://[user:pass@]host:port[/db][?mode=plain|reentrant|rwlock&prefix=P]`, or with TLS
     /// `rediss://…[?ca=FILE&cert=FILE&key=FILE]` (also `redis://…?tls=true…`; see
     /// [`connect`](crate::connect) and the crate docs). Does no network I/O (TLS files are read
     /// now) and needs no runtime: connections open on first use, and an unreachable server shows
@@ -37,6 +37,11 @@ impl RedisBackend {
     /// use locksmith_core::Backend;
     /// assert_eq!(b.describe(), "redis://user@127.0.0.1:6379/1?mode=reentrant");
     /// assert_eq!(b.mode(), locksmith_redis::Mode::Reentrant);
+    /// // Semaphores in every mode; read locks only where exclusive holds are Redisson write locks.
+    /// use locksmith_core::HoldMode;
+    /// assert!(b.supports(HoldMode::Permit(3)) && !b.supports(HoldMode::Shared));
+    /// let rw = locksmith_redis::RedisBackend::from_url("redis://127.0.0.1:6379?mode=rwlock")?;
+    /// assert!(rw.supports(HoldMode::Shared) && !rw.supports_election());
     /// # Ok::<(), locksmith_core::Error>(())
     /// ```
     ///
@@ -99,10 +104,17 @@ impl RedisBackend {
         self.shared.layout.mode
     }
 
-    /// One lock's status, or `Ok(Err(why))` when its key holds something that is not a lock.
+    /// One lock's or semaphore's status, or `Ok(Err(why))` when its key holds something that
+    /// is neither.
     async fn status_of(&self, name: &LockName) -> Result<std::result::Result<LockStatus, String>> {
         let conn = &self.shared.conn;
         let key = self.shared.layout.key(name.as_str());
+        if crate::status::is_semaphore(&self.shared, &key).await? {
+            return crate::status::semaphore(&self.shared, name, &key).await;
+        }
+        if self.shared.layout.mode == Mode::RwLock {
+            return crate::status::rwlock(&self.shared, name, &key).await;
+        }
         let fence = self.shared.layout.fence_key(&key);
         let mut p = redis::pipe();
         p.cmd("TYPE").arg(&key).cmd("PTTL").arg(&key).cmd("GET").arg(&fence);
@@ -119,7 +131,7 @@ impl RedisBackend {
         let ttl_left = Duration::from_millis(as_int(pttl).and_then(|n| u64::try_from(n).ok()).unwrap_or(0));
         let expected = match self.shared.layout.mode {
             Mode::Plain => "string",
-            Mode::Reentrant => "hash",
+            Mode::Reentrant | Mode::RwLock => "hash",
         };
         let waiters = self.shared.waiters(&key).await?;
         if ty == "none" {
@@ -138,7 +150,7 @@ impl RedisBackend {
                 text(v.first()).map(|owner| (String::new(), owner))
             }
             // Reentrant: the field is `<session uuid>:<owner>`.
-            Mode::Reentrant => {
+            Mode::Reentrant | Mode::RwLock => {
                 let mut p = redis::pipe();
                 p.cmd("HKEYS").arg(&key);
                 let v = conn.pipe(&p).await?;
@@ -152,25 +164,27 @@ impl RedisBackend {
         Ok(Ok(LockStatus::new(name.to_string(), holder, waiters, last_token)))
     }
 
-    /// Every lock this layout has ever fenced: the fencing counters found by `SCAN` (never
-    /// deleted, so a free lock is listed too), in name order, at most [`MAX_LISTED`]. Keys of
-    /// other applications that happen to match are skipped: a name is kept only if it maps back
-    /// to the counter, the counter is a positive integer, and the lock's key is free or a lock.
+    /// Every lock this layout has ever fenced, and every semaphore: the fencing counters found
+    /// by `SCAN` (never deleted, so a free lock is listed too), in name order, at most
+    /// [`MAX_LISTED`]. Keys of other applications that happen to match are skipped: a name is
+    /// kept only if it maps back to the counter, the counter is a positive integer, and the
+    /// lock's key is free or a lock.
     async fn list(&self) -> Result<Vec<LockStatus>> {
         let layout = &self.shared.layout;
-        let pattern = layout.fence_pattern();
         let mut names = BTreeSet::new();
-        let mut cursor = String::from("0");
-        loop {
-            let mut p = redis::pipe();
-            p.cmd("SCAN").arg(&cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).arg("TYPE").arg("string");
-            let replies = self.shared.conn.pipe(&p).await?;
-            let (next, keys) = scan_page(replies.first())?;
-            names.extend(keys.iter().filter_map(|k| layout.name_of_fence(k)));
-            if next == "0" || names.len() >= MAX_LISTED {
-                break;
+        for pattern in layout.fence_patterns() {
+            let mut cursor = String::from("0");
+            loop {
+                let mut p = redis::pipe();
+                p.cmd("SCAN").arg(&cursor).arg("MATCH").arg(&pattern).arg("COUNT").arg(1000).arg("TYPE").arg("string");
+                let replies = self.shared.conn.pipe(&p).await?;
+                let (next, keys) = scan_page(replies.first())?;
+                names.extend(keys.iter().filter_map(|k| layout.name_of_fence(k)));
+                if next == "0" || names.len() >= MAX_LISTED {
+                    break;
+                }
+                cursor = next;
             }
-            cursor = next;
         }
         let mut out = Vec::new();
         for name in names.into_iter().take(MAX_LISTED) {
@@ -222,6 +236,12 @@ impl Backend for RedisBackend {
         "redis"
     }
 
+    /// Exclusive holds and semaphore permits in every mode; read locks with `?mode=rwlock`
+    /// (there exclusive holds are Redisson's write lock).
+    fn supports(&self, mode: HoldMode) -> bool {
+        self.shared.layout.kind(mode).is_some()
+    }
+
     /// Opens a session after one round trip, so an unreachable server is reported at once.
     ///
     /// # Cancel safety
@@ -231,11 +251,12 @@ impl Backend for RedisBackend {
         Ok(Box::new(RedisSession::new(self.shared.clone(), ttl)))
     }
 
-    /// One lock's holder, last token, TTL left and waiters (plain: the live entries of its waiter
-    /// queue; reentrant: not known, always 0); a key of another type is an [`Error::Backend`].
-    /// With `name == None`, every lock ever fenced under this URL's prefix and mode, found by
-    /// `SCAN` over the keyspace (a walk of the whole database: meant for operators, not hot
-    /// paths), at most 10,000.
+    /// One lock's holders, last token, TTL left and waiters (plain, rwlock and semaphores: the
+    /// live entries of its waiter queue; reentrant: not known, always 0); a semaphore's number of
+    /// permits; a key of another type is an [`Error::Backend`]. With `name == None`, every lock
+    /// ever fenced under this URL's prefix and mode and every semaphore, found by `SCAN` over the
+    /// keyspace (a walk of the whole database: meant for operators, not hot paths), at most
+    /// 10,000.
     ///
     /// # Cancel safety
     /// Cancel safe: read only.

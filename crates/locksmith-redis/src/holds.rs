@@ -11,6 +11,8 @@ use std::sync::{Arc, OnceLock};
 use locksmith_core::driver::HoldTable;
 use locksmith_core::LockName;
 
+use crate::layout::{Kind, Layout};
+
 /// The session's table: `(lock, owner)` → entry, with each entry's grant state and token.
 pub(crate) type Holds = HoldTable<Arc<Entry>>;
 
@@ -18,11 +20,20 @@ pub(crate) type Holds = HoldTable<Arc<Entry>>;
 #[derive(Debug)]
 pub(crate) struct Entry {
     pub(crate) name: LockName,
+    /// What the hold is in Redis (which layout and scripts).
+    pub(crate) kind: Kind,
     /// The Redis key.
     pub(crate) key: String,
-    /// The holder's identity stored in Redis (plain: the value; reentrant: the hash field).
+    /// The holder's identity stored in Redis (plain: the value; reentrant and read/write locks:
+    /// the hash field; permits: the id, in hex).
     pub(crate) ident: String,
-    /// Plain mode: the waiter id, once the acquisition may have joined the lock's waiter queue.
+    /// `ident` as the scripts store it (a permit id's raw bytes).
+    pub(crate) member: Vec<u8>,
+    /// Read/write locks and semaphores: `<session>:<owner>`, recorded with the token for
+    /// `status`.
+    pub(crate) record: String,
+    /// Queued kinds (all but reentrant): the waiter id, once the acquisition may have joined the
+    /// lock's waiter queue.
     pub(crate) waiter: OnceLock<String>,
     /// Held by whoever acquires or cleans up this entry, so a cleanup still running for an
     /// abandoned attempt finishes before the same `(lock, owner)` is acquired again (in
@@ -31,7 +42,17 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    pub(crate) fn new(name: LockName, key: String, ident: String) -> Self {
-        Self { name, key, ident, waiter: OnceLock::new(), op: Arc::new(tokio::sync::Mutex::new(())) }
+    pub(crate) fn new(name: LockName, kind: Kind, key: String, ident: String, record: String) -> Self {
+        let member = Layout::member(kind, &ident);
+        Self {
+            name,
+            kind,
+            key,
+            ident,
+            member,
+            record,
+            waiter: OnceLock::new(),
+            op: Arc::new(tokio::sync::Mutex::new(())),
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Cancel safety of an acquisition: a guard that owns the session entry while the acquire runs.
 //! If the acquire future is dropped after a script was sent whose reply was never seen, the
 //! grant may have happened; the guard then releases it (owner-checked, so it can only ever free
-//! this attempt's own hold) in a background task. A plain-mode waiter also leaves the waiter
+//! this attempt's own hold) in a background task. A queued waiter also leaves the waiter
 //! queue there (best effort: an entry left behind goes stale by itself).
 
 use std::sync::Arc;
@@ -53,7 +53,7 @@ impl Pending {
                     }
                 }
                 if let Some(waiter) = p.entry.waiter.get() {
-                    if let Err(e) = p.shared.leave(&p.entry.key, waiter).await {
+                    if let Err(e) = p.shared.leave(&p.entry, waiter).await {
                         tracing::debug!(key = %p.entry.key, error = %e, "leaving the waiter queue failed; the entry goes stale");
                     }
                 }

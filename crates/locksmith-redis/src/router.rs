@@ -1,8 +1,9 @@
 //! Waiting without polling: one pub/sub connection per backend, shared by all its waiters. A
 //! reader task dispatches each message to one local waiter of its channel (no herd inside a
-//! process). Plain-mode waiters each have a channel of their own; reentrant-mode waiters share
-//! Redisson's channel of the lock. Waiters subscribe *before* they join the queue (plain) or
-//! try (reentrant), so a release in between is never missed.
+//! process). Queued waiters (plain mode, read/write locks, semaphores) each have a channel of
+//! their own; reentrant-mode waiters, and queued ones blocked by a Java holder, also share
+//! Redisson's channel of the lock. Waiters subscribe *before* they join the queue or try again,
+//! so a release in between is never missed.
 //!
 //! The pub/sub connection is opened on demand and re-opened after it drops; every waiter is
 //! woken then (it may have missed a message) and re-subscribes on its next round. When it cannot

@@ -11,8 +11,9 @@ use locksmith_core::driver::millis;
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
 
 use crate::holds::{Entry, Holds};
-use crate::layout::{random_uuid, Mode};
+use crate::layout::{random_uuid, Kind};
 use crate::pending::Pending;
+use crate::router::Registration;
 use crate::scripts::Attempt;
 use crate::shared::Shared;
 use locksmith_core::driver::CancelGuard;
@@ -41,11 +42,12 @@ impl RedisSession {
 
     /// Creates the session entry for `key` (after any cleanup of an earlier attempt of the same
     /// `(lock, owner)` has finished) and returns it guarded.
-    async fn begin(&self, name: &LockName, owner: &str) -> Result<CancelGuard<Pending>> {
+    async fn begin(&self, name: &LockName, owner: &str, kind: Kind) -> Result<CancelGuard<Pending>> {
         loop {
             let key = self.shared.layout.key(name.as_str());
-            let ident = self.shared.layout.ident(&self.id, owner);
-            let entry = Arc::new(Entry::new(name.clone(), key, ident));
+            let ident = self.shared.layout.ident(kind, &self.id, owner);
+            let record = format!("{}:{owner}", self.id);
+            let entry = Arc::new(Entry::new(name.clone(), kind, key, ident, record));
             let op = entry
                 .op
                 .clone()
@@ -80,6 +82,60 @@ impl RedisSession {
     fn wrong_type(key: &str, ty: &str) -> Error {
         Error::Backend(format!("redis: key {key:?} holds a {ty}, not a lock"))
     }
+
+    /// The error for an attempt that was refused outright (anything but granted or busy).
+    fn refusal(&self, entry: &Entry, attempt: Attempt) -> Error {
+        let key = entry.key.as_str();
+        match attempt {
+            Attempt::WrongType(ty) => Self::wrong_type(key, &ty),
+            Attempt::WrongTypeAt(other, ty) => {
+                Error::Backend(format!("redis: key {other:?} (of semaphore {key:?}) holds a {ty}, not a timeout set"))
+            }
+            // The script caught the INCR's error: an ACL user without INCR is refused there.
+            Attempt::BadFence(e) if crate::connect::permission_refused(&e) => Error::Auth {
+                backend: self.shared.conn.describe().to_string(),
+                message: format!("NOPERM {e} (the acquire script INCRs the fencing counter)"),
+            },
+            Attempt::BadFence(e) => {
+                let fence = self.shared.layout.counter(entry.kind, key);
+                Error::Backend(format!("redis: fencing counter {fence:?} is unusable: {e}"))
+            }
+            Attempt::InUse(what) if what == "semaphore" => Error::InvalidArgument(format!(
+                "redis: {:?} is a semaphore (Redisson RPermitExpirableSemaphore at key {key:?}; a name used as a \
+                 semaphore stays one), not a lock: ask for a permit of it",
+                entry.name.as_str()
+            )),
+            Attempt::InUse(_) => Error::InvalidArgument(format!(
+                "redis: {:?} is in use as a lock (key {key:?}), not a semaphore",
+                entry.name.as_str()
+            )),
+            Attempt::Permits(total) => {
+                let asked = match entry.kind {
+                    Kind::Permit(n) => n.to_string(),
+                    _ => "?".to_string(),
+                };
+                Error::InvalidArgument(format!(
+                    "redis: semaphore {:?} has {total} permits (fixed by its first user, as Redisson's trySetPermits; \
+                     available + leased); asked for one of {asked}",
+                    entry.name.as_str()
+                ))
+            }
+            Attempt::Granted(_) | Attempt::Busy(_) => {
+                Error::Internal("redis: a grant or busy answer taken for a refusal".into())
+            }
+        }
+    }
+}
+
+/// Resolves when `reg` is woken; never without one.
+///
+/// # Cancel safety
+/// Cancel safe: a wake-up that arrives later is kept for the next call.
+async fn notified(reg: Option<&Registration>) {
+    match reg {
+        Some(r) => r.notified().await,
+        None => std::future::pending().await,
+    }
 }
 
 #[async_trait]
@@ -110,14 +166,17 @@ impl Session for RedisSession {
         Ok(self.holds.report(snapshot.into_iter().zip(renewed), "hold found gone or taken on renewal"))
     }
 
-    /// Acquires; a busy lock is waited for. Plain mode: after the first busy attempt the waiter
-    /// subscribes to its own wake-up channel, then joins the lock's waiter queue; a release wakes
-    /// only the live head of the queue. The head also retries on a fallback timer (the key's TTL
-    /// capped by a jittered backoff), the others refresh their entry about every second.
-    /// Reentrant mode: waits on Redisson's channel with the same fallback timer.
+    /// Acquires; a busy lock is waited for. Every kind but Redisson's `RLock` (reentrant mode)
+    /// queues: after the first busy attempt the waiter subscribes to its own wake-up channel,
+    /// then joins the lock's FIFO waiter queue; a release wakes only the waiters it admits. A
+    /// read/write or semaphore waiter blocked by a Java holder also subscribes to Redisson's
+    /// release channel (and tries again before it waits), so that holder's release wakes it. The next in
+    /// line also retries on a fallback timer (the holder's TTL capped by a jittered backoff); the
+    /// others refresh their entry about every second. Reentrant mode waits on Redisson's channel
+    /// with the same fallback timer.
     ///
     /// # Cancel safety
-    /// Cancel safe: the waiter's subscription is dropped; its queue entry is removed, and an
+    /// Cancel safe: the waiter's subscriptions are dropped; its queue entry is removed, and an
     /// attempt whose reply was never seen is released (owner-checked), in the background.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         if self.closed.load(Ordering::SeqCst) {
@@ -126,15 +185,28 @@ impl Session for RedisSession {
         if req.lock_delay.is_some() {
             return Err(Error::InvalidArgument("the redis backend does not support lock-delay".into()));
         }
-        self.shared.layout.check_name(req.name.as_str())?;
-        let mut pending = self.begin(&req.name, &req.owner).await?;
-        let key = pending.state().entry.key.clone();
-        let plain = self.shared.layout.mode == Mode::Plain;
-        // Reentrant: Redisson's channel, shared by every waiter, is subscribed before the first try.
-        let mut waiting = match req.wait && !plain {
-            true => Some(self.shared.router.register(&self.shared.layout.channel(&key)).await),
-            false => None,
+        let Some(kind) = self.shared.layout.kind(req.mode) else {
+            return Err(Error::Unsupported(format!(
+                "{} offers no {} holds (read locks need ?mode=rwlock)",
+                self.shared.conn.describe(),
+                req.mode
+            )));
         };
+        self.shared.layout.check_name(req.name.as_str())?;
+        let mut pending = self.begin(&req.name, &req.owner, kind).await?;
+        let key = pending.state().entry.key.clone();
+        let redisson_channel = self.shared.layout.redisson_channel(kind, &key);
+        // Redisson's channel, shared by every waiter of the lock. Reentrant mode subscribes
+        // before the first try, so no release is missed. Queued kinds are woken by their own
+        // channel (one message per admitted waiter, no herd) and subscribe to Redisson's only
+        // once a Java holder blocks them (whose release is announced there alone), then try
+        // again before waiting, so that release is not missed either.
+        let mut redisson = match (req.wait && !kind.queued(), &redisson_channel) {
+            (true, Some(channel)) => Some(self.shared.router.register(channel).await),
+            _ => None,
+        };
+        // The waiter's own channel, once it queues.
+        let mut own: Option<Registration> = None;
         let mut backoff = Backoff::new();
         let mut failures = 0;
         loop {
@@ -158,8 +230,7 @@ impl Session for RedisSession {
                     Err(e) => return Err(e),
                 };
             failures = 0;
-            pending.state_mut().in_flight =
-                !matches!(attempt, Attempt::Busy(_) | Attempt::WrongType(_) | Attempt::BadFence(_));
+            pending.state_mut().in_flight = matches!(attempt, Attempt::Granted(_));
             let busy = match attempt {
                 Attempt::Granted(token) => {
                     // The entry now belongs to the session; its op lock is freed here.
@@ -167,33 +238,26 @@ impl Session for RedisSession {
                     self.holds.grant(&req.name, &req.owner, p.id, token);
                     return Ok(Acquired::Granted { token });
                 }
-                Attempt::WrongType(ty) => return Err(Self::wrong_type(&key, &ty)),
-                // The script caught the INCR's error: an ACL user without INCR is refused there.
-                Attempt::BadFence(e) if crate::connect::permission_refused(&e) => {
-                    return Err(Error::Auth {
-                        backend: self.shared.conn.describe().to_string(),
-                        message: format!("NOPERM {e} (the acquire script INCRs the fencing counter)"),
-                    });
-                }
-                Attempt::BadFence(e) => {
-                    let fence = self.shared.layout.fence_key(&key);
-                    return Err(Error::Backend(format!("redis: fencing counter {fence:?} is unusable: {e}")));
-                }
                 Attempt::Busy(busy) => busy,
+                refused => return Err(self.refusal(&entry, refused)),
             };
             if !req.wait {
                 return Ok(Acquired::Busy);
             }
-            let Some(reg) = waiting.as_ref() else {
-                // Plain, first busy attempt: subscribe first, so that no wake-up is missed, then
-                // join the queue with the next attempt (not a wake-up: nothing woke us).
+            if let (true, None, Some(channel)) = (busy.foreign, &redisson, &redisson_channel) {
+                redisson = Some(self.shared.router.register(channel).await);
+                continue;
+            }
+            if kind.queued() && own.is_none() {
+                // First busy attempt: subscribe first, so that no wake-up is missed, then join the
+                // queue with the next attempt (not a wake-up: nothing woke us).
                 let id = format!("{:016x}", rand::random::<u64>());
                 let channel = self.shared.layout.queue(&key).wake_channel(&id);
-                waiting = Some(self.shared.router.register(&channel).await);
+                own = Some(self.shared.router.register(&channel).await);
                 let _ = entry.waiter.set(id);
                 continue;
-            };
-            // The head of the queue (and every reentrant waiter) retries on the fallback timer; a
+            }
+            // The next in line (and every reentrant waiter) retries on the fallback timer; a
             // waiter further back only refreshes its entry then, which is not a wake-up.
             let next_in_line = busy.rank <= 0;
             let timer = match next_in_line {
@@ -201,15 +265,19 @@ impl Session for RedisSession {
                 false => QUEUE_REFRESH.mul_f64(rand::random_range(0.8..1.2)),
             };
             let woken = tokio::select! {
-                // No backoff restart: in reentrant mode every waiter hears Redisson's message and
-                // all but one find the lock taken again; the next release wakes them anew.
-                _ = reg.notified() => true,
+                // No backoff restart: on Redisson's channel every waiter of a process hears a
+                // release and all but one find the lock taken again; the next release wakes them
+                // anew.
+                _ = notified(own.as_ref()) => true,
+                _ = notified(redisson.as_ref()) => true,
                 _ = tokio::time::sleep(timer) => next_in_line,
             };
             if woken {
                 locksmith_core::metrics::wakeup("redis");
             }
-            reg.refresh().await;
+            for reg in [own.as_ref(), redisson.as_ref()].into_iter().flatten() {
+                reg.refresh().await;
+            }
         }
     }
 
@@ -237,7 +305,7 @@ impl Session for RedisSession {
             let e = &h.value;
             self.shared.release(e, self.ttl_ms).await?;
             match (h.granted, e.waiter.get()) {
-                (false, Some(waiter)) => self.shared.leave(&e.key, waiter).await,
+                (false, Some(waiter)) => self.shared.leave(e, waiter).await,
                 _ => Ok(()),
             }
         }))

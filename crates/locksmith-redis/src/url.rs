@@ -1,4 +1,4 @@
-//! `redis[s]://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P][&tls=true&ca=FILE&cert=FILE&key=FILE][#insecure]`,
+//! `redis[s]://[user:pass@]host:port[/db][?mode=plain|reentrant|rwlock&prefix=P][&tls=true&ca=FILE&cert=FILE&key=FILE][#insecure]`,
 //! parsed without network I/O (the TLS files are read now, so a wrong path fails here).
 //!
 //! Our own options are taken off; credentials, host, port and database become the `redis`
@@ -11,7 +11,7 @@ use crate::connect::{self, Tls};
 use crate::layout::Mode;
 
 const SHAPE: &str =
-    "expected redis[s]://[user:pass@]host:port[/db][?mode=plain|reentrant&prefix=P&ca=FILE&cert=FILE&key=FILE]";
+    "expected redis[s]://[user:pass@]host:port[/db][?mode=plain|reentrant|rwlock&prefix=P&ca=FILE&cert=FILE&key=FILE]";
 
 /// A parsed backend URL.
 #[derive(Debug, Clone)]
@@ -47,7 +47,10 @@ impl Config {
         let mode = match u.take_option("mode").as_deref() {
             None | Some("plain") => Mode::Plain,
             Some("reentrant") => Mode::Reentrant,
-            Some(other) => return Err(u.invalid(format!("unknown mode {other:?}; expected plain or reentrant"))),
+            Some("rwlock") => Mode::RwLock,
+            Some(other) => {
+                return Err(u.invalid(format!("unknown mode {other:?}; expected plain, reentrant or rwlock")))
+            }
         };
         let prefix = u.take_option("prefix").unwrap_or_default();
         let tls = Tls::take_from(&mut u)?;
@@ -63,8 +66,10 @@ impl Config {
         };
         let client = connect::client(&u, &u.hosts()[0], db, tls.as_ref())?;
         let mut extra = Vec::new();
-        if mode == Mode::Reentrant {
-            extra.push(("mode", "reentrant"));
+        match mode {
+            Mode::Plain => {}
+            Mode::Reentrant => extra.push(("mode", "reentrant")),
+            Mode::RwLock => extra.push(("mode", "rwlock")),
         }
         // `rediss://` says TLS by itself; `redis://…?tls=true` needs saying.
         if tls.is_some() && !u.scheme().tls {
@@ -90,6 +95,9 @@ mod tests {
         assert_eq!(c.mode, Mode::Reentrant);
         assert_eq!(c.prefix, "app:");
         assert_eq!(c.describe, "redis://u@127.0.0.1:6380/2?mode=reentrant");
+        let c = Config::parse("redis://127.0.0.1:6379?mode=rwlock").unwrap();
+        assert_eq!(c.mode, Mode::RwLock);
+        assert_eq!(c.describe, "redis://127.0.0.1:6379?mode=rwlock");
         let c = Config::parse("redis://127.0.0.1:6379").unwrap();
         assert_eq!(c.mode, Mode::Plain);
         assert_eq!(c.prefix, "");

@@ -13,6 +13,7 @@ mod native;
 mod native_raw;
 mod port;
 mod postgres;
+pub mod primitives_process;
 mod process;
 pub mod process_conformance;
 mod redis;

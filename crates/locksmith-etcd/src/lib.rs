@@ -86,18 +86,20 @@
 //! (measured from when a renewal was *sent*). Lock-delay is not supported.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod layout;
 mod options;
 pub mod raw;
 mod session;
 
+pub use layout::ExclusiveLayout;
 pub use options::{Credentials, EtcdOptions};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use locksmith_core::driver::{BackendUrl, TlsFiles};
-use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
+use locksmith_core::{Error, HoldMode, HolderStatus, LockName, LockStatus, Result};
 use tokio::sync::OnceCell;
 use tonic::{Code, Status};
 
@@ -251,7 +253,9 @@ impl Shared {
 impl EtcdBackend {
     /// Parses `etcd://[user:password@]host:port[,host:port…]`, or over TLS
     /// `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (also `etcd://…?tls=true`, or any of `ca`, `cert`,
-    /// `key`). TLS files are read now; the network is not touched (no runtime needed).
+    /// `key`), with `exclusive=mutex|write-lock` choosing the key of exclusive holds
+    /// ([`ExclusiveLayout`]). TLS files are read now; the network is not touched (no runtime
+    /// needed).
     ///
     /// ```
     /// use locksmith_core::Backend;
@@ -270,18 +274,27 @@ impl EtcdBackend {
         }
         let tls_scheme = u.scheme().tls;
         let tls = TlsFiles::take_from(&mut u, tls_scheme)?;
+        let exclusive = match u.take_option("exclusive").as_deref() {
+            None | Some("mutex") => ExclusiveLayout::Mutex,
+            Some("write-lock") => ExclusiveLayout::WriteLock,
+            Some(other) => return Err(u.invalid(format!("exclusive={other:?}: expected mutex or write-lock"))),
+        };
         u.refuse_extras(true, false, false)?;
         let credentials = match (u.username(), u.password()) {
             (None, None) => None,
             (Some(user), Some(password)) if !user.is_empty() => Some(Credentials::new(user, password)),
             _ => return Err(u.invalid("etcd authentication needs user:password@".into())),
         };
-        let describe = match (&tls, tls_scheme) {
-            (Some(_), false) => u.describe(&[("tls", "true")]),
-            _ => u.describe(&[]),
-        };
+        let mut shown = Vec::new();
+        if tls.is_some() && !tls_scheme {
+            shown.push(("tls", "true"));
+        }
+        if exclusive == ExclusiveLayout::WriteLock {
+            shown.push(("exclusive", "write-lock"));
+        }
+        let describe = u.describe(&shown);
         let hosts = u.hosts().iter().map(|h| (h.host.clone(), h.port)).collect();
-        Ok(Self::build(describe, hosts, EtcdOptions { tls, credentials }))
+        Ok(Self::build(describe, hosts, EtcdOptions { tls, credentials, exclusive }))
     }
 
     /// A backend for `endpoints` (`host[:port]`, port 2379 when omitted) with TLS material and
@@ -302,7 +315,11 @@ impl EtcdBackend {
         }
         let u = BackendUrl::parse(&format!("{scheme}://{}", list.join(",")))
             .map_err(|e| Error::InvalidArgument(format!("etcd: {e}")))?;
-        let mut describe = u.describe(&[]);
+        let shown: &[(&str, &str)] = match options.exclusive {
+            ExclusiveLayout::WriteLock => &[("exclusive", "write-lock")],
+            _ => &[],
+        };
+        let mut describe = u.describe(shown);
         if let Some(c) = &options.credentials {
             describe = describe.replacen("://", &format!("://{}@", c.user()), 1);
         }
@@ -313,11 +330,6 @@ impl EtcdBackend {
     fn build(url: String, hosts: Vec<(String, u16)>, options: EtcdOptions) -> Self {
         Self { shared: Arc::new(Shared { url, hosts, options, client: OnceCell::new() }) }
     }
-}
-
-/// The key prefix of lock `name` (Go's `pfx + "/"`).
-pub(crate) fn prefix(name: &LockName) -> String {
-    format!("{}/", name.as_str())
 }
 
 #[async_trait::async_trait]
@@ -346,23 +358,26 @@ impl locksmith_core::Backend for EtcdBackend {
         Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id, lease)))
     }
 
-    /// The holder and waiters of one lock; with `None`, of every lock that has a holder or a
-    /// waiter now (keys `<name>/<hex>` whose hex is the key's own lease), found by one keys-only
-    /// read of the whole keyspace (meant for operators; at most 100,000 keys are read).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: read only.
+    /// The mutex (Go's `concurrency.Mutex`), the read/write lock (the keys of the Go
+    /// `recipe.RWMutex`) and the semaphore (locksmith's own layout); see the crate docs.
+    fn supports(&self, mode: HoldMode) -> bool {
+        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+    }
+
     /// Go's `concurrency.Election`: the same keys as the mutex, the proposal as the value, so
     /// `etcdctl elect` and locksmith campaign in one election.
     fn supports_election(&self) -> bool {
         true
     }
 
-    /// A watch on the lock's prefix: after each change, the oldest key (the holder) is read
-    /// again and reported (Go's `Election.Observe` does the same).
+    /// A watch on the lock's prefix: after each change, the keys are read again and the holders
+    /// reported (Go's `Election.Observe` does the same for the leader).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the receiver ends the observation and its watch.
     async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
         let mut c = self.shared.client().await?;
-        let pfx = prefix(name);
+        let pfx = layout::prefix(name);
         let first = self.shared.call(c.get_prefix(pfx.clone())).await?;
         let rev = raw::pb::ResponseHeader::revision_of(first.header.as_ref());
         let mut watch = self.shared.call(c.watch_prefix(pfx.clone(), rev + 1)).await?;
@@ -401,26 +416,34 @@ impl locksmith_core::Backend for EtcdBackend {
         Ok(rx)
     }
 
+    /// The holders and waiters of one lock (every key under `NAME/`); with `None`, of every lock
+    /// that has a holder or a waiter now: the names of keys in one of the layouts' shapes
+    /// (`<name>/<its lease in hex>`, `<name>/read|write|permit/<digits>` under a lease), found by
+    /// one keys-only read of the whole keyspace (meant for operators; at most 100,000 keys are
+    /// read), each then read as `status(Some(name))` reads it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let mut c = self.shared.client().await?;
         let Some(name) = name else {
             let req =
-                raw::pb::RangeRequest { keys_only: true, limit: MAX_LISTED_KEYS, ..raw::prefix_range(Vec::new()) }
-                    .sorted_by_create(true);
+                raw::pb::RangeRequest { keys_only: true, limit: MAX_LISTED_KEYS, ..raw::prefix_range(Vec::new()) };
             let resp = self.shared.call(c.range(req)).await?;
-            let mut locks: BTreeMap<String, Vec<&KeyValue>> = BTreeMap::new();
-            for kv in &resp.kvs {
-                if let Some(name) = lock_of_key(kv) {
-                    locks.entry(name).or_default().push(kv);
+            let names: BTreeSet<String> = resp.kvs.iter().filter_map(layout::lock_of_key).collect();
+            let mut out = Vec::with_capacity(names.len());
+            for name in names {
+                let resp = self.shared.call(c.get_prefix(format!("{name}/"))).await?;
+                if resp.kvs.is_empty() {
+                    // Released since the listing.
+                    continue;
                 }
-            }
-            let mut out = Vec::with_capacity(locks.len());
-            for (name, kvs) in locks {
+                let kvs: Vec<&KeyValue> = resp.kvs.iter().collect();
                 out.push(self.lock_status(&mut c, name, &kvs).await);
             }
             return Ok(out);
         };
-        let resp = self.shared.call(c.get_prefix(prefix(name))).await?;
+        let resp = self.shared.call(c.get_prefix(layout::prefix(name))).await?;
         let kvs: Vec<&KeyValue> = resp.kvs.iter().collect();
         Ok(vec![self.lock_status(&mut c, name.to_string(), &kvs).await])
     }
@@ -430,36 +453,41 @@ impl locksmith_core::Backend for EtcdBackend {
 const MAX_LISTED_KEYS: i64 = 100_000;
 
 impl EtcdBackend {
-    /// The status of lock `name` from its keys in create order: the oldest holds it.
+    /// The status of lock `name` from its keys in create order, by the hold rules
+    /// ([`layout::holding`]): each holder with its lease in hex as session, its key as owner,
+    /// its create revision as token, its lease's remaining TTL, its kind, and for an exclusive
+    /// key its value (an election's proposal).
     async fn lock_status(&self, c: &mut raw::Client, name: String, kvs: &[&KeyValue]) -> LockStatus {
-        let Some(first) = kvs.first() else {
-            return LockStatus::new(name, None, 0, 0);
-        };
-        let ttl_left = match self.shared.call(c.lease_time_to_live(first.lease)).await {
-            Ok(t) => Duration::from_secs(u64::try_from(t.ttl).unwrap_or(0)),
-            Err(_) => Duration::ZERO,
-        };
-        let token = u64::try_from(first.create_revision).unwrap_or(0);
-        let value = (!first.value.is_empty()).then(|| String::from_utf8_lossy(&first.value).into_owned());
-        let holder = HolderStatus::new(
-            format!("{:x}", first.lease),
-            String::from_utf8_lossy(&first.key).into_owned(),
-            token,
-            ttl_left,
-        )
-        .with_mode(locksmith_core::HoldMode::Exclusive, value);
+        let holding = layout::holding(&format!("{name}/"), kvs);
+        let mut ttls: HashMap<i64, Duration> = HashMap::new();
+        let mut holders = Vec::with_capacity(holding.holders.len());
+        for (i, mode) in holding.holders {
+            let Some(kv) = kvs.get(i) else { continue };
+            let ttl_left = match ttls.get(&kv.lease) {
+                Some(t) => *t,
+                None => {
+                    let t = match self.shared.call(c.lease_time_to_live(kv.lease)).await {
+                        Ok(t) => Duration::from_secs(u64::try_from(t.ttl).unwrap_or(0)),
+                        Err(_) => Duration::ZERO,
+                    };
+                    ttls.insert(kv.lease, t);
+                    t
+                }
+            };
+            // A permit key's value is its N, a reader's is empty: only an exclusive key's value
+            // (a proposal) is the holder's own.
+            let value = (mode == HoldMode::Exclusive && !kv.value.is_empty())
+                .then(|| String::from_utf8_lossy(&kv.value).into_owned());
+            let token = u64::try_from(kv.create_revision).unwrap_or(0);
+            let key = String::from_utf8_lossy(&kv.key).into_owned();
+            holders.push(HolderStatus::new(format!("{:x}", kv.lease), key, token, ttl_left).with_mode(mode, value));
+        }
         let last = kvs.iter().map(|kv| kv.create_revision).max().unwrap_or(0);
-        let waiters = u64::try_from(kvs.len()).unwrap_or(0).saturating_sub(1);
-        LockStatus::new(name, Some(holder), waiters, u64::try_from(last).unwrap_or(0))
+        let waiters = u64::try_from(holding.waiters).unwrap_or(0);
+        LockStatus::new(name, None, waiters, u64::try_from(last).unwrap_or(0))
+            .with_holders(holders)
+            .with_permits(holding.permits)
     }
-}
-
-/// The lock a key belongs to, if it has the `concurrency.Mutex` shape: `<name>/<lease in hex>`
-/// written under that very lease.
-fn lock_of_key(kv: &KeyValue) -> Option<String> {
-    let key = std::str::from_utf8(&kv.key).ok()?;
-    let (name, lease) = key.rsplit_once('/')?;
-    (kv.lease != 0 && !name.is_empty() && lease == format!("{:x}", kv.lease)).then(|| name.to_string())
 }
 
 #[cfg(test)]

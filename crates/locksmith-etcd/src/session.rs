@@ -384,7 +384,9 @@ impl EtcdSession {
                     }
                 }
             } else {
-                let Some(before) = newest.kvs.first() else { continue };
+                let Some(before) = newest.kvs.first() else {
+                    return Err(Error::Protocol("etcd: more permit keys than read".into()));
+                };
                 let mut stream = self.shared.call(c.watch(before.key.clone(), rev + 1)).await?;
                 loop {
                     let msg = stream.message().await.map_err(|e| self.shared.error(e))?;

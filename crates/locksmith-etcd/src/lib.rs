@@ -1,7 +1,8 @@
 //! # locksmith-etcd: etcd v3 as a locksmith backend
 //!
-//! URL: `etcd://[user:password@]host:port[,host:port…]` (port defaults to 2379), over TLS
-//! `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (or `etcd://…?tls=true`). Building an
+//! URL: `etcd://[user:password@]host:port[,host:port…][?exclusive=mutex|write-lock]` (port
+//! defaults to 2379), over TLS `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (or
+//! `etcd://…?tls=true`); `exclusive=` picks the key of exclusive holds (below). Building an
 //! [`EtcdBackend`] does no network I/O; the gRPC client is created on first use, with a 3 s
 //! connection timeout and a 3 s bound on every unary call, so an unreachable cluster gives
 //! [`Error::Unavailable`] quickly. [`EtcdBackend::with_options`] takes TLS material and
@@ -44,6 +45,75 @@
 //! - **Release** is a txn `if create_revision(key) == token then delete(key)`: never a delete by
 //!   name alone (etcd#22082); a retried release answers `false`.
 //!
+//! ## Beyond the mutex: read/write lock, semaphore, election
+//! Every kind of hold is one key under `NAME/`, attached to the session's lease (a crashed
+//! holder's key goes when its lease expires), with its create revision as fencing token:
+//!
+//! | hold | key | value | layout of |
+//! |---|---|---|---|
+//! | exclusive (default) | `NAME/<lease-hex>` | empty | Go `concurrency.Mutex`, `etcdctl lock` |
+//! | exclusive with a value (a campaign) | `NAME/<lease-hex>` | the proposal | Go `concurrency.Election`, `etcdctl elect` |
+//! | exclusive with `?exclusive=write-lock` | `NAME/write/<unix-nanos>` | empty | Go `recipe.RWMutex` `Lock` |
+//! | shared (a reader) | `NAME/read/<unix-nanos>` | empty | Go `recipe.RWMutex` `RLock` |
+//! | permit of N | `NAME/permit/<unix-nanos>` | N, in decimal | locksmith (etcd has no semaphore recipe) |
+//!
+//! `recipe.RWMutex` is the read/write lock of etcd's `contrib/recipes`
+//! (`go.etcd.io/etcd/client/v3/experimental/recipes`): `NewRWMutex(s, "NAME")` writes
+//! `NAME/read/<time.Now().UnixNano()>` and `NAME/write/<…>` keys with an empty value on the
+//! session's lease, created with a txn that the key does not exist yet (`newUniqueEphemeralKey`).
+//! Ours have that shape; unique suffixes let one session hold several readers, writers or
+//! permits of one name.
+//!
+//! **Who holds** (FIFO by create revision, whatever the kind, so a writer queued behind
+//! readers is not starved by later ones):
+//! - an exclusive key (mutex, campaign, writer) holds when no key under `NAME/` is older — Go's
+//!   rule for `concurrency.Mutex` and for `recipe.RWMutex.Lock` (which compares mod revisions;
+//!   these keys are never rewritten, so that is the same);
+//! - a reader holds when no older key under `NAME/` is outside `NAME/read/`. Go's `RLock` waits
+//!   only for keys under `NAME/write`; ours also waits for `concurrency.Mutex` keys (`etcdctl
+//!   lock`, locksmith's default exclusive holds) and for keys of locks below `NAME`;
+//! - a permit holds when fewer than N permit keys are older: the oldest N permit keys hold.
+//!
+//! **Waiting** watches one key, never polls. A mutex or writer watches the newest older key, a
+//! reader the newest older key outside `NAME/read/` (either must go before it can hold), then
+//! looks again. A permit's first waiter (exactly N older permit keys) watches the permit keys
+//! and looks again after any deletion, so the permit of *whichever* holder leaves is taken at
+//! once; a later waiter watches only the waiter just before it, which rewrites its own key (same
+//! value, same lease, checked by create revision) when it gets its permit. A release thus wakes
+//! the first waiter alone, and each grant the next one. (Watching "the N-th older key" instead
+//! would leave a waiter sleeping while a permit is free, when a younger holder leaves first.)
+//! After waiting, every kind confirms its key still exists with its create revision (the
+//! permit's rewrite does it), so a lease that expired meanwhile gives [`Error::SessionExpired`],
+//! never a phantom grant (etcd#11456).
+//!
+//! **Tokens.** Each grant's token is its key's create revision: distinct, and a holder's is
+//! greater than those of every earlier holder it had to wait for. Readers (and permit holders)
+//! let in together by one release get tokens in their arrival order, but may report their grants
+//! in any order.
+//!
+//! **A lock or a semaphore, and one N.** The create is one txn whose compares (over key ranges,
+//! and a nested txn: etcd ≥ 3.3) make it atomic: a lock key is created only while no permit key
+//! exists under `NAME/permit/`; a permit key only while no other key exists under `NAME/` and
+//! every permit key there says the same N (or there is none). Otherwise the acquisition is
+//! refused with [`Error::InvalidArgument`] naming the key in the way (or the N in use) and leaves
+//! nothing behind. Of two first users racing with different N, etcd orders the two creates, and
+//! the second sees the first's key: exactly one gets a permit. So among locksmith clients, a
+//! name is never a lock and a semaphore at once, and all permit keys present always say the same
+//! N; a new N is accepted as soon as every permit is released. Keys written by other tools are
+//! not checked. While `NAME` is a semaphore, lock `NAME/permit` is one of its parts, not a lock
+//! of its own; and a semaphore cannot be created on `NAME` while a lock below it (`NAME/sub`) is
+//! held (its keys are under `NAME/`).
+//!
+//! **What interoperates.** `etcdctl lock NAME` and Go's `concurrency.Mutex`/`Election` wait for
+//! every older key under `NAME/` — our readers, writers and permits included — and our holds of
+//! every kind wait for theirs. Go's `recipe.RWMutex` readers and writers see our readers and our
+//! `write-lock` writers; Go's readers **do not see** `concurrency.Mutex` keys, so where Go
+//! readers share a name, use `?exclusive=write-lock` (our exclusive holds are then writer keys,
+//! which Go mutexes and `etcdctl lock` also wait for). No Go program was run in the tests (no Go
+//! toolchain there): the recipe's side is shown by writing its keys with `etcdctl put --lease`;
+//! `etcdctl lock` is the real Go `concurrency.Mutex`. A value given with a shared hold or a
+//! permit is not stored.
+//!
 //! ## Names that are prefixes of others
 //! Go's layout finds a lock's contenders by the key prefix `NAME/`, which also covers the keys of
 //! every lock below it: lock `jobs` waits for the holder of `jobs/nightly` (whose key
@@ -54,12 +124,13 @@
 //! that are not path prefixes of each other.
 //!
 //! ## One lease, many holds (etcd#10756)
-//! Go's layout has one key per lease and lock name, so two holds of one session on one name
-//! would share a key. This driver keeps **one lease per session** and a local per-name queue
-//! (a FIFO async mutex): a session never has two outstanding keys for one name. A second
-//! acquisition of the same name through the same session waits locally (or answers busy for a
-//! try) until the first hold is released; only then does it write its own key, with a new
-//! create revision and so a new token.
+//! Go's mutex layout has one key per lease and lock name, so two holds of one session on one
+//! name would share a key. This driver keeps **one lease per session** and a local per-name queue
+//! (a FIFO async mutex) for those keys: a session never has two outstanding mutex keys for one
+//! name. A second exclusive acquisition (or campaign) of the same name through the same session
+//! waits locally (or answers busy for a try) until the first hold is released; only then does it
+//! write its own key, with a new create revision and so a new token. Readers, `write-lock`
+//! writers and permits have unique keys and need no such queue.
 //!
 //! ## Keep-alive and loss
 //! Each [`Session::keep_alive`](locksmith_core::Session::keep_alive) call sends one `LeaseKeepAlive` request and reads its answer;
@@ -70,20 +141,28 @@
 //!
 //! ## Cancel safety
 //! Dropping an acquisition future spawns a cleanup on the etcd client (not the dropped context,
-//! as Go's `m.Unlock(client.Ctx())`) that deletes our key if it still carries our lease; the
-//! per-name slot stays taken until that cleanup is done. Closing a session revokes its lease.
+//! as Go's `m.Unlock(client.Ctx())`) that deletes our key (of any kind) if it still carries our
+//! lease or create revision; a mutex key's per-name slot stays taken until that cleanup is done.
+//! Closing a session revokes its lease.
 //!
 //! ## Status
-//! `status(Some(name))` reports the holder (oldest key: its lease in hex as session, the key as
-//! owner, its create revision as token, the lease's remaining TTL), `waiters = keys − 1` and the
-//! newest create revision as `last_token`. `status(None)` lists every lock with a holder or a
-//! waiter now: keys of the shape `<name>/<hex>` whose hex is their own lease, found by one
-//! keys-only read of the whole keyspace (at most 100,000 keys; free locks leave no key).
+//! `status(Some(name))` reads every key under `NAME/` and applies the rules above: every holder
+//! (the oldest exclusive key, the readers before the first exclusive key, or a semaphore's oldest
+//! N permit keys) with its lease in hex as session, its key as owner, its create revision as
+//! token, its lease's remaining TTL, its kind ([`HoldMode`]) and, for an exclusive key, its
+//! value (a campaign's proposal); a semaphore's N as [`LockStatus::permits`]; the other keys as
+//! waiters and the newest create revision as `last_token`. `status(None)` lists every lock with a
+//! holder or a waiter now: the names of keys in one of the layouts' shapes (`<name>/<hex>` whose
+//! hex is the key's own lease, or `<name>/read|write|permit/<digits>` on a lease), found by one
+//! keys-only read of the whole keyspace (at most 100,000 keys; free locks leave no key), each then
+//! read as `status(Some(name))` does.
 //!
 //! ## Fault model
 //! etcd is CP (Raft): a partitioned minority cannot grant or renew, so mutual exclusion holds
 //! under partitions. A paused client is covered by the lease plus the engine's local deadline
-//! (measured from when a renewal was *sent*). Lock-delay is not supported.
+//! (measured from when a renewal was *sent*). Lock-delay is not supported. The read/write lock
+//! and the semaphore need etcd ≥ 3.3 (range compares and nested txns, which older servers do
+//! not know).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
 mod layout;
@@ -506,6 +585,21 @@ mod tests {
         {
             assert!(matches!(EtcdBackend::from_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
         }
+    }
+
+    /// `exclusive=` picks the key of exclusive holds; the non-default layout is shown.
+    #[test]
+    fn the_exclusive_layout_comes_from_the_url_or_the_options() {
+        let layout = |u: &str| EtcdBackend::from_url(u).map(|b| (b.shared.options.exclusive, b.shared.url.clone()));
+        assert_eq!(layout("etcd://a:1").unwrap(), (ExclusiveLayout::Mutex, "etcd://a:1".into()));
+        assert_eq!(layout("etcd://a:1?exclusive=mutex").unwrap(), (ExclusiveLayout::Mutex, "etcd://a:1".into()));
+        let w = layout("etcds://a:1?exclusive=write-lock").unwrap();
+        assert_eq!(w, (ExclusiveLayout::WriteLock, "etcds://a:1?exclusive=write-lock".into()));
+        for bad in ["etcd://a:1?exclusive=writer", "etcd://a:1?exclusive=", "etcd://a:1?other=1"] {
+            assert!(matches!(EtcdBackend::from_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+        let b = EtcdBackend::with_options(["a:1"], EtcdOptions::new().exclusive(ExclusiveLayout::WriteLock)).unwrap();
+        assert_eq!(b.shared.url, "etcd://a:1?exclusive=write-lock");
     }
 
     /// TLS by scheme or option, credentials, and no password in what is shown.

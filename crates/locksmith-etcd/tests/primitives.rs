@@ -7,10 +7,14 @@
 //!
 //! No Go toolchain is installed, so the Go `recipe.RWMutex` itself is not run: interop with it
 //! is shown at the layout level (its key shapes and waiting rules, played with `etcdctl`).
+//!
+//! A crashed holder is a real process killed with `kill -9`: this test binary run again as a
+//! child in "holder" mode.
 
 use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use locksmith::{Error, HoldMode, LockOptions};
 use locksmith_testkit::EtcdServer;
@@ -247,6 +251,55 @@ async fn a_permit_whose_holders_lease_is_revoked_comes_back() {
     let got = tokio::time::timeout(Duration::from_secs(3), waiting).await.unwrap().unwrap().unwrap();
     assert!(got.token() > held.token());
     tokio::time::timeout(TTL, held.lost()).await.expect("the revoked holder never learned it lost its permit");
+    assert!(got.unlock().await.unwrap());
+}
+
+/// Set in the environment of the child process that plays the holder killed with `kill -9`.
+const HOLDER_URL: &str = "LOCKSMITH_ETCD_TEST_PERMIT_HOLDER_URL";
+
+/// A permit holder killed with `kill -9` (no release, no revoke) gives its permit back when
+/// etcd expires its lease: the queued waiter gets it within the holder's TTL plus a margin, with
+/// a higher token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_permit_holders_permit_comes_back_within_its_ttl() {
+    const HOLDER_TTL: Duration = Duration::from_secs(2);
+    if let Ok(url) = std::env::var(HOLDER_URL) {
+        // The child: take the permit, say so, and wait to be killed.
+        let c = locksmith::connect_with_ttl(&url, HOLDER_TTL).await.unwrap();
+        let g = c.lock_with("exports", LockOptions::new().permits(1)).await.unwrap();
+        println!("holding {}", g.token());
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        return;
+    }
+    let server = EtcdServer::start();
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", "a_killed_permit_holders_permit_comes_back_within_its_ttl", "--nocapture"])
+        .env(HOLDER_URL, server.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let mut holder = locksmith_testkit::spawn("permit holder", &mut cmd);
+    let out = holder.take_stdout().unwrap();
+    let token = tokio::task::spawn_blocking(move || {
+        BufReader::new(out).lines().map_while(Result::ok).find_map(|l| l.strip_prefix("holding ")?.parse::<u64>().ok())
+    });
+    let token = tokio::time::timeout(Duration::from_secs(10), token).await.unwrap().unwrap().unwrap();
+    let b = client(&server, "").await;
+    let waiting = {
+        let b = b.clone();
+        let opts = LockOptions::new().permits(1).timeout(Duration::from_secs(10));
+        tokio::spawn(async move { b.lock_with("exports", opts).await })
+    };
+    until_status(&b, "exports", |s| s.waiters == Some(1)).await;
+    holder.kill9();
+    let killed = Instant::now();
+    let got = waiting.await.unwrap().unwrap();
+    let waited = killed.elapsed();
+    assert!(got.token() > token);
+    assert!(
+        waited < HOLDER_TTL + Duration::from_millis(1_500),
+        "the permit came back after {waited:?}, TTL {HOLDER_TTL:?}"
+    );
     assert!(got.unlock().await.unwrap());
 }
 

@@ -104,15 +104,16 @@
 //! of its own; and a semaphore cannot be created on `NAME` while a lock below it (`NAME/sub`) is
 //! held (its keys are under `NAME/`).
 //!
-//! **What interoperates.** `etcdctl lock NAME` and Go's `concurrency.Mutex`/`Election` wait for
-//! every older key under `NAME/` — our readers, writers and permits included — and our holds of
-//! every kind wait for theirs. Go's `recipe.RWMutex` readers and writers see our readers and our
-//! `write-lock` writers; Go's readers **do not see** `concurrency.Mutex` keys, so where Go
-//! readers share a name, use `?exclusive=write-lock` (our exclusive holds are then writer keys,
-//! which Go mutexes and `etcdctl lock` also wait for). No Go program was run in the tests (no Go
-//! toolchain there): the recipe's side is shown by writing its keys with `etcdctl put --lease`;
-//! `etcdctl lock` is the real Go `concurrency.Mutex`. A value given with a shared hold or a
-//! permit is not stored.
+//! **What interoperates.** `etcdctl lock NAME`, Go's `concurrency.Mutex`/`Election` and Go's
+//! `recipe.RWMutex` writers wait for every older key under `NAME/` (ours of every kind
+//! included), and our locks of every kind wait for theirs (a permit is refused while one of
+//! their keys exists). Go's `recipe.RWMutex` readers share with our readers and wait for our
+//! `write-lock` writers, but **do not see** `concurrency.Mutex` keys (they look only under
+//! `NAME/write`): where Go readers share a name, use `?exclusive=write-lock`, so that our
+//! exclusive holds are writer keys (which Go mutexes and `etcdctl lock` wait for too). No Go
+//! program runs in the tests (no Go toolchain there): the recipe's side is played by writing its
+//! keys with `etcdctl put --lease`, at the layout level; `etcdctl lock` is the real Go
+//! `concurrency.Mutex`. A value given with a shared hold or a permit is not stored.
 //!
 //! ## Names that are prefixes of others
 //! Go's layout finds a lock's contenders by the key prefix `NAME/`, which also covers the keys of

@@ -12,8 +12,10 @@ use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockN
 use tokio::sync::OwnedMutexGuard;
 
 use crate::layout::{self, ExclusiveLayout, KeyRange, PERMIT, READ, WRITE};
-use crate::raw::pb::{event::EventType, Compare, RangeRequest, RequestOp, ResponseHeader, TxnRequest, TxnResponse};
-use crate::raw::{key_range, KeepAliveStream};
+use crate::raw::pb::{
+    event::EventType, Compare, RangeRequest, RequestOp, ResponseHeader, TxnRequest, TxnResponse, WatchResponse,
+};
+use crate::raw::{key_range, KeepAliveStream, Watcher};
 use crate::{Shared, CALL_TIMEOUT};
 
 /// Most operations etcd accepts in one txn (its default `--max-txn-ops`).
@@ -332,13 +334,7 @@ impl EtcdSession {
             let Some(last) = newest else { return Ok(()) };
             let rev = ResponseHeader::revision_of(resp.header.as_ref());
             let mut stream = self.shared.call(c.watch(last.key.clone(), rev + 1)).await?;
-            loop {
-                let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
-                let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
-                if msg.canceled || msg.events.iter().any(|e| e.r#type() == EventType::Delete) {
-                    break;
-                }
-            }
+            self.until_event(&mut stream, |m| m.events.iter().any(|e| e.r#type() == EventType::Delete)).await?;
             // The watched key went: looking again is one wake-up.
             locksmith_core::metrics::wakeup("etcd");
         }
@@ -376,27 +372,38 @@ impl EtcdSession {
             let rev = ResponseHeader::revision_of(resp.header.as_ref());
             if ahead == n {
                 let mut stream = self.shared.call(c.watch_prefix(start.clone(), rev + 1)).await?;
-                loop {
-                    let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
-                    let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
-                    if msg.canceled || msg.events.iter().any(|e| e.r#type() == EventType::Delete) {
-                        break;
-                    }
-                }
+                self.until_event(&mut stream, |m| m.events.iter().any(|e| e.r#type() == EventType::Delete)).await?;
             } else {
                 let Some(before) = newest.kvs.first() else {
                     return Err(Error::Protocol("etcd: more permit keys than read".into()));
                 };
                 let mut stream = self.shared.call(c.watch(before.key.clone(), rev + 1)).await?;
-                loop {
-                    let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
-                    let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
-                    if msg.canceled || !msg.events.is_empty() {
-                        break;
-                    }
-                }
+                self.until_event(&mut stream, |m| !m.events.is_empty()).await?;
             }
             locksmith_core::metrics::wakeup("etcd");
+        }
+    }
+
+    /// Reads `stream` until an answer `wanted` accepts: then, or when etcd cancelled the watch
+    /// because its start revision was compacted away, it is time to look again. A watch etcd
+    /// refuses (a role without read on the keys) is an error, not a reason to look again at once.
+    async fn until_event(&self, stream: &mut Watcher, wanted: impl Fn(&WatchResponse) -> bool) -> Result<()> {
+        loop {
+            let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
+            let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
+            if msg.canceled {
+                if msg.compact_revision > 0 {
+                    return Ok(());
+                }
+                let why = format!("etcd cancelled the watch: {}", msg.cancel_reason);
+                return Err(match msg.cancel_reason.contains("permission denied") {
+                    true => self.shared.error(tonic::Status::permission_denied(why)),
+                    false => self.shared.unavailable(&why),
+                });
+            }
+            if wanted(&msg) {
+                return Ok(());
+            }
         }
     }
 

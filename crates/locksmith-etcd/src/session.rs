@@ -258,10 +258,12 @@ impl EtcdSession {
                 let value = if kind == Kind::Mutex { req.value.as_deref().unwrap_or("") } else { "" };
                 let mut success = vec![RequestOp::put(key, value, self.lease)];
                 match kind {
-                    // The oldest key under the prefix holds.
+                    // A reader holds if these two reads (the newest key outside `NAME/read/`, on
+                    // either side of it) find nothing: ours is not among them.
                     Kind::Reader => {
                         success.extend(layout::outside_part(&req.name, READ).iter().map(|r| first(r, false)));
                     }
+                    // A mutex or writer holds if the oldest key under the prefix is ours.
                     _ => success.push(first(&layout::prefix_range(&req.name), true)),
                 }
                 TxnRequest {

@@ -1,7 +1,8 @@
 //! # locksmith-etcd: etcd v3 as a locksmith backend
 //!
-//! URL: `etcd://[user:password@]host:port[,host:port…]` (port defaults to 2379), over TLS
-//! `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (or `etcd://…?tls=true`). Building an
+//! URL: `etcd://[user:password@]host:port[,host:port…][?exclusive=mutex|write-lock]` (port
+//! defaults to 2379), over TLS `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (or
+//! `etcd://…?tls=true`); `exclusive=` picks the key of exclusive holds (below). Building an
 //! [`EtcdBackend`] does no network I/O; the gRPC client is created on first use, with a 3 s
 //! connection timeout and a 3 s bound on every unary call, so an unreachable cluster gives
 //! [`Error::Unavailable`] quickly. [`EtcdBackend::with_options`] takes TLS material and
@@ -44,6 +45,76 @@
 //! - **Release** is a txn `if create_revision(key) == token then delete(key)`: never a delete by
 //!   name alone (etcd#22082); a retried release answers `false`.
 //!
+//! ## Beyond the mutex: read/write lock, semaphore, election
+//! Every kind of hold is one key under `NAME/`, attached to the session's lease (a crashed
+//! holder's key goes when its lease expires), with its create revision as fencing token:
+//!
+//! | hold | key | value | layout of |
+//! |---|---|---|---|
+//! | exclusive (default) | `NAME/<lease-hex>` | empty | Go `concurrency.Mutex`, `etcdctl lock` |
+//! | exclusive with a value (a campaign) | `NAME/<lease-hex>` | the proposal | Go `concurrency.Election`, `etcdctl elect` |
+//! | exclusive with `?exclusive=write-lock` | `NAME/write/<unix-nanos>` | empty | Go `recipe.RWMutex` `Lock` |
+//! | shared (a reader) | `NAME/read/<unix-nanos>` | empty | Go `recipe.RWMutex` `RLock` |
+//! | permit of N | `NAME/permit/<unix-nanos>` | N, in decimal | locksmith (etcd has no semaphore recipe) |
+//!
+//! `recipe.RWMutex` is the read/write lock of etcd's `contrib/recipes`
+//! (`go.etcd.io/etcd/client/v3/experimental/recipes`): `NewRWMutex(s, "NAME")` writes
+//! `NAME/read/<time.Now().UnixNano()>` and `NAME/write/<…>` keys with an empty value on the
+//! session's lease, created with a txn that the key does not exist yet (`newUniqueEphemeralKey`).
+//! Ours have that shape; unique suffixes let one session hold several readers, writers or
+//! permits of one name.
+//!
+//! **Who holds** (FIFO by create revision, whatever the kind, so a writer queued behind
+//! readers is not starved by later ones):
+//! - an exclusive key (mutex, campaign, writer) holds when no key under `NAME/` is older — Go's
+//!   rule for `concurrency.Mutex` and for `recipe.RWMutex.Lock` (which compares mod revisions;
+//!   these keys are never rewritten, so that is the same);
+//! - a reader holds when no older key under `NAME/` is outside `NAME/read/`. Go's `RLock` waits
+//!   only for keys under `NAME/write`; ours also waits for `concurrency.Mutex` keys (`etcdctl
+//!   lock`, locksmith's default exclusive holds) and for keys of locks below `NAME`;
+//! - a permit holds when fewer than N permit keys are older: the oldest N permit keys hold.
+//!
+//! **Waiting** watches one key, never polls. A mutex or writer watches the newest older key, a
+//! reader the newest older key outside `NAME/read/` (either must go before it can hold), then
+//! looks again. A permit's first waiter (exactly N older permit keys) watches the permit keys
+//! and looks again after any deletion, so the permit of *whichever* holder leaves is taken at
+//! once; a later waiter watches only the waiter just before it, which rewrites its own key (same
+//! value, same lease, checked by create revision) when it gets its permit. A release thus wakes
+//! the first waiter alone, and each grant the next one. (Watching "the N-th older key" instead
+//! would leave a waiter sleeping while a permit is free, when a younger holder leaves first.)
+//! After waiting, every kind confirms its key still exists with its create revision (the
+//! permit's rewrite does it), so a lease that expired meanwhile gives [`Error::SessionExpired`],
+//! never a phantom grant (etcd#11456).
+//!
+//! **Tokens.** Each grant's token is its key's create revision: distinct, and a holder's is
+//! greater than those of every earlier holder it had to wait for. Readers (and permit holders)
+//! let in together by one release get tokens in their arrival order, but may report their grants
+//! in any order.
+//!
+//! **A lock or a semaphore, and one N.** The create is one txn whose compares (over key ranges,
+//! and a nested txn: etcd ≥ 3.3) make it atomic: a lock key is created only while no permit key
+//! exists under `NAME/permit/`; a permit key only while no other key exists under `NAME/` and
+//! every permit key there says the same N (or there is none). Otherwise the acquisition is
+//! refused with [`Error::InvalidArgument`] naming the key in the way (or the N in use) and leaves
+//! nothing behind. Of two first users racing with different N, etcd orders the two creates, and
+//! the second sees the first's key: exactly one gets a permit. So among locksmith clients, a
+//! name is never a lock and a semaphore at once, and all permit keys present always say the same
+//! N; a new N is accepted as soon as every permit is released. Keys written by other tools are
+//! not checked. While `NAME` is a semaphore, lock `NAME/permit` is one of its parts, not a lock
+//! of its own; and a semaphore cannot be created on `NAME` while a lock below it (`NAME/sub`) is
+//! held (its keys are under `NAME/`).
+//!
+//! **What interoperates.** `etcdctl lock NAME`, Go's `concurrency.Mutex`/`Election` and Go's
+//! `recipe.RWMutex` writers wait for every older key under `NAME/` (ours of every kind
+//! included), and our locks of every kind wait for theirs (a permit is refused while one of
+//! their keys exists). Go's `recipe.RWMutex` readers share with our readers and wait for our
+//! `write-lock` writers, but **do not see** `concurrency.Mutex` keys (they look only under
+//! `NAME/write`): where Go readers share a name, use `?exclusive=write-lock`, so that our
+//! exclusive holds are writer keys (which Go mutexes and `etcdctl lock` wait for too). No Go
+//! program runs in the tests (no Go toolchain there): the recipe's side is played by writing its
+//! keys with `etcdctl put --lease`, at the layout level; `etcdctl lock` is the real Go
+//! `concurrency.Mutex`. A value given with a shared hold or a permit is not stored.
+//!
 //! ## Names that are prefixes of others
 //! Go's layout finds a lock's contenders by the key prefix `NAME/`, which also covers the keys of
 //! every lock below it: lock `jobs` waits for the holder of `jobs/nightly` (whose key
@@ -54,12 +125,13 @@
 //! that are not path prefixes of each other.
 //!
 //! ## One lease, many holds (etcd#10756)
-//! Go's layout has one key per lease and lock name, so two holds of one session on one name
-//! would share a key. This driver keeps **one lease per session** and a local per-name queue
-//! (a FIFO async mutex): a session never has two outstanding keys for one name. A second
-//! acquisition of the same name through the same session waits locally (or answers busy for a
-//! try) until the first hold is released; only then does it write its own key, with a new
-//! create revision and so a new token.
+//! Go's mutex layout has one key per lease and lock name, so two holds of one session on one
+//! name would share a key. This driver keeps **one lease per session** and a local per-name queue
+//! (a FIFO async mutex) for those keys: a session never has two outstanding mutex keys for one
+//! name. A second exclusive acquisition (or campaign) of the same name through the same session
+//! waits locally (or answers busy for a try) until the first hold is released; only then does it
+//! write its own key, with a new create revision and so a new token. Readers, `write-lock`
+//! writers and permits have unique keys and need no such queue.
 //!
 //! ## Keep-alive and loss
 //! Each [`Session::keep_alive`](locksmith_core::Session::keep_alive) call sends one `LeaseKeepAlive` request and reads its answer;
@@ -70,34 +142,44 @@
 //!
 //! ## Cancel safety
 //! Dropping an acquisition future spawns a cleanup on the etcd client (not the dropped context,
-//! as Go's `m.Unlock(client.Ctx())`) that deletes our key if it still carries our lease; the
-//! per-name slot stays taken until that cleanup is done. Closing a session revokes its lease.
+//! as Go's `m.Unlock(client.Ctx())`) that deletes our key (of any kind) if it still carries our
+//! lease or create revision; a mutex key's per-name slot stays taken until that cleanup is done.
+//! Closing a session revokes its lease.
 //!
 //! ## Status
-//! `status(Some(name))` reports the holder (oldest key: its lease in hex as session, the key as
-//! owner, its create revision as token, the lease's remaining TTL), `waiters = keys − 1` and the
-//! newest create revision as `last_token`. `status(None)` lists every lock with a holder or a
-//! waiter now: keys of the shape `<name>/<hex>` whose hex is their own lease, found by one
-//! keys-only read of the whole keyspace (at most 100,000 keys; free locks leave no key).
+//! `status(Some(name))` reads every key under `NAME/` and applies the rules above: every holder
+//! (the oldest exclusive key, the readers before the first exclusive key, or a semaphore's oldest
+//! N permit keys) with its lease in hex as session, its key as owner, its create revision as
+//! token, its lease's remaining TTL, its kind ([`HoldMode`]) and, for an exclusive key, its
+//! value (a campaign's proposal); a semaphore's N as [`LockStatus::permits`]; the other keys as
+//! waiters and the newest create revision as `last_token`. `status(None)` lists every lock with a
+//! holder or a waiter now: the names of keys in one of the layouts' shapes (`<name>/<hex>` whose
+//! hex is the key's own lease, or `<name>/read|write|permit/<digits>` on a lease), found by one
+//! keys-only read of the whole keyspace (at most 100,000 keys; free locks leave no key), each then
+//! read as `status(Some(name))` does.
 //!
 //! ## Fault model
 //! etcd is CP (Raft): a partitioned minority cannot grant or renew, so mutual exclusion holds
 //! under partitions. A paused client is covered by the lease plus the engine's local deadline
-//! (measured from when a renewal was *sent*). Lock-delay is not supported.
+//! (measured from when a renewal was *sent*). Lock-delay is not supported. The read/write lock
+//! and the semaphore need etcd ≥ 3.3 (range compares and nested txns, which older servers do
+//! not know).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod layout;
 mod options;
 pub mod raw;
 mod session;
 
+pub use layout::ExclusiveLayout;
 pub use options::{Credentials, EtcdOptions};
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
 use locksmith_core::driver::{BackendUrl, TlsFiles};
-use locksmith_core::{Error, HolderStatus, LockName, LockStatus, Result};
+use locksmith_core::{Error, HoldMode, HolderStatus, LockName, LockStatus, Result};
 use tokio::sync::OnceCell;
 use tonic::{Code, Status};
 
@@ -251,7 +333,9 @@ impl Shared {
 impl EtcdBackend {
     /// Parses `etcd://[user:password@]host:port[,host:port…]`, or over TLS
     /// `etcds://…[?ca=FILE&cert=FILE&key=FILE]` (also `etcd://…?tls=true`, or any of `ca`, `cert`,
-    /// `key`). TLS files are read now; the network is not touched (no runtime needed).
+    /// `key`), with `exclusive=mutex|write-lock` choosing the key of exclusive holds
+    /// ([`ExclusiveLayout`]). TLS files are read now; the network is not touched (no runtime
+    /// needed).
     ///
     /// ```
     /// use locksmith_core::Backend;
@@ -270,18 +354,27 @@ impl EtcdBackend {
         }
         let tls_scheme = u.scheme().tls;
         let tls = TlsFiles::take_from(&mut u, tls_scheme)?;
+        let exclusive = match u.take_option("exclusive").as_deref() {
+            None | Some("mutex") => ExclusiveLayout::Mutex,
+            Some("write-lock") => ExclusiveLayout::WriteLock,
+            Some(other) => return Err(u.invalid(format!("exclusive={other:?}: expected mutex or write-lock"))),
+        };
         u.refuse_extras(true, false, false)?;
         let credentials = match (u.username(), u.password()) {
             (None, None) => None,
             (Some(user), Some(password)) if !user.is_empty() => Some(Credentials::new(user, password)),
             _ => return Err(u.invalid("etcd authentication needs user:password@".into())),
         };
-        let describe = match (&tls, tls_scheme) {
-            (Some(_), false) => u.describe(&[("tls", "true")]),
-            _ => u.describe(&[]),
-        };
+        let mut shown = Vec::new();
+        if tls.is_some() && !tls_scheme {
+            shown.push(("tls", "true"));
+        }
+        if exclusive == ExclusiveLayout::WriteLock {
+            shown.push(("exclusive", "write-lock"));
+        }
+        let describe = u.describe(&shown);
         let hosts = u.hosts().iter().map(|h| (h.host.clone(), h.port)).collect();
-        Ok(Self::build(describe, hosts, EtcdOptions { tls, credentials }))
+        Ok(Self::build(describe, hosts, EtcdOptions { tls, credentials, exclusive }))
     }
 
     /// A backend for `endpoints` (`host[:port]`, port 2379 when omitted) with TLS material and
@@ -302,7 +395,11 @@ impl EtcdBackend {
         }
         let u = BackendUrl::parse(&format!("{scheme}://{}", list.join(",")))
             .map_err(|e| Error::InvalidArgument(format!("etcd: {e}")))?;
-        let mut describe = u.describe(&[]);
+        let shown: &[(&str, &str)] = match options.exclusive {
+            ExclusiveLayout::WriteLock => &[("exclusive", "write-lock")],
+            _ => &[],
+        };
+        let mut describe = u.describe(shown);
         if let Some(c) = &options.credentials {
             describe = describe.replacen("://", &format!("://{}@", c.user()), 1);
         }
@@ -313,11 +410,6 @@ impl EtcdBackend {
     fn build(url: String, hosts: Vec<(String, u16)>, options: EtcdOptions) -> Self {
         Self { shared: Arc::new(Shared { url, hosts, options, client: OnceCell::new() }) }
     }
-}
-
-/// The key prefix of lock `name` (Go's `pfx + "/"`).
-pub(crate) fn prefix(name: &LockName) -> String {
-    format!("{}/", name.as_str())
 }
 
 #[async_trait::async_trait]
@@ -346,23 +438,26 @@ impl locksmith_core::Backend for EtcdBackend {
         Ok(Box::new(EtcdSession::new(self.shared.clone(), granted.id, lease)))
     }
 
-    /// The holder and waiters of one lock; with `None`, of every lock that has a holder or a
-    /// waiter now (keys `<name>/<hex>` whose hex is the key's own lease), found by one keys-only
-    /// read of the whole keyspace (meant for operators; at most 100,000 keys are read).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: read only.
+    /// The mutex (Go's `concurrency.Mutex`), the read/write lock (the keys of the Go
+    /// `recipe.RWMutex`) and the semaphore (locksmith's own layout); see the crate docs.
+    fn supports(&self, mode: HoldMode) -> bool {
+        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+    }
+
     /// Go's `concurrency.Election`: the same keys as the mutex, the proposal as the value, so
     /// `etcdctl elect` and locksmith campaign in one election.
     fn supports_election(&self) -> bool {
         true
     }
 
-    /// A watch on the lock's prefix: after each change, the oldest key (the holder) is read
-    /// again and reported (Go's `Election.Observe` does the same).
+    /// A watch on the lock's prefix: after each change, the keys are read again and the holders
+    /// reported (Go's `Election.Observe` does the same for the leader).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the receiver ends the observation and its watch.
     async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
         let mut c = self.shared.client().await?;
-        let pfx = prefix(name);
+        let pfx = layout::prefix(name);
         let first = self.shared.call(c.get_prefix(pfx.clone())).await?;
         let rev = raw::pb::ResponseHeader::revision_of(first.header.as_ref());
         let mut watch = self.shared.call(c.watch_prefix(pfx.clone(), rev + 1)).await?;
@@ -401,26 +496,34 @@ impl locksmith_core::Backend for EtcdBackend {
         Ok(rx)
     }
 
+    /// The holders and waiters of one lock (every key under `NAME/`); with `None`, of every lock
+    /// that has a holder or a waiter now: the names of keys in one of the layouts' shapes
+    /// (`<name>/<its lease in hex>`, `<name>/read|write|permit/<digits>` under a lease), found by
+    /// one keys-only read of the whole keyspace (meant for operators; at most 100,000 keys are
+    /// read), each then read as `status(Some(name))` reads it.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
         let mut c = self.shared.client().await?;
         let Some(name) = name else {
             let req =
-                raw::pb::RangeRequest { keys_only: true, limit: MAX_LISTED_KEYS, ..raw::prefix_range(Vec::new()) }
-                    .sorted_by_create(true);
+                raw::pb::RangeRequest { keys_only: true, limit: MAX_LISTED_KEYS, ..raw::prefix_range(Vec::new()) };
             let resp = self.shared.call(c.range(req)).await?;
-            let mut locks: BTreeMap<String, Vec<&KeyValue>> = BTreeMap::new();
-            for kv in &resp.kvs {
-                if let Some(name) = lock_of_key(kv) {
-                    locks.entry(name).or_default().push(kv);
+            let names: BTreeSet<String> = resp.kvs.iter().filter_map(layout::lock_of_key).collect();
+            let mut out = Vec::with_capacity(names.len());
+            for name in names {
+                let resp = self.shared.call(c.get_prefix(format!("{name}/"))).await?;
+                if resp.kvs.is_empty() {
+                    // Released since the listing.
+                    continue;
                 }
-            }
-            let mut out = Vec::with_capacity(locks.len());
-            for (name, kvs) in locks {
+                let kvs: Vec<&KeyValue> = resp.kvs.iter().collect();
                 out.push(self.lock_status(&mut c, name, &kvs).await);
             }
             return Ok(out);
         };
-        let resp = self.shared.call(c.get_prefix(prefix(name))).await?;
+        let resp = self.shared.call(c.get_prefix(layout::prefix(name))).await?;
         let kvs: Vec<&KeyValue> = resp.kvs.iter().collect();
         Ok(vec![self.lock_status(&mut c, name.to_string(), &kvs).await])
     }
@@ -430,36 +533,41 @@ impl locksmith_core::Backend for EtcdBackend {
 const MAX_LISTED_KEYS: i64 = 100_000;
 
 impl EtcdBackend {
-    /// The status of lock `name` from its keys in create order: the oldest holds it.
+    /// The status of lock `name` from its keys in create order, by the hold rules
+    /// ([`layout::holding`]): each holder with its lease in hex as session, its key as owner,
+    /// its create revision as token, its lease's remaining TTL, its kind, and for an exclusive
+    /// key its value (an election's proposal).
     async fn lock_status(&self, c: &mut raw::Client, name: String, kvs: &[&KeyValue]) -> LockStatus {
-        let Some(first) = kvs.first() else {
-            return LockStatus::new(name, None, 0, 0);
-        };
-        let ttl_left = match self.shared.call(c.lease_time_to_live(first.lease)).await {
-            Ok(t) => Duration::from_secs(u64::try_from(t.ttl).unwrap_or(0)),
-            Err(_) => Duration::ZERO,
-        };
-        let token = u64::try_from(first.create_revision).unwrap_or(0);
-        let value = (!first.value.is_empty()).then(|| String::from_utf8_lossy(&first.value).into_owned());
-        let holder = HolderStatus::new(
-            format!("{:x}", first.lease),
-            String::from_utf8_lossy(&first.key).into_owned(),
-            token,
-            ttl_left,
-        )
-        .with_mode(locksmith_core::HoldMode::Exclusive, value);
+        let holding = layout::holding(&format!("{name}/"), kvs);
+        let mut ttls: HashMap<i64, Duration> = HashMap::new();
+        let mut holders = Vec::with_capacity(holding.holders.len());
+        for (i, mode) in holding.holders {
+            let Some(kv) = kvs.get(i) else { continue };
+            let ttl_left = match ttls.get(&kv.lease) {
+                Some(t) => *t,
+                None => {
+                    let t = match self.shared.call(c.lease_time_to_live(kv.lease)).await {
+                        Ok(t) => Duration::from_secs(u64::try_from(t.ttl).unwrap_or(0)),
+                        Err(_) => Duration::ZERO,
+                    };
+                    ttls.insert(kv.lease, t);
+                    t
+                }
+            };
+            // A permit key's value is its N, a reader's is empty: only an exclusive key's value
+            // (a proposal) is the holder's own.
+            let value = (mode == HoldMode::Exclusive && !kv.value.is_empty())
+                .then(|| String::from_utf8_lossy(&kv.value).into_owned());
+            let token = u64::try_from(kv.create_revision).unwrap_or(0);
+            let key = String::from_utf8_lossy(&kv.key).into_owned();
+            holders.push(HolderStatus::new(format!("{:x}", kv.lease), key, token, ttl_left).with_mode(mode, value));
+        }
         let last = kvs.iter().map(|kv| kv.create_revision).max().unwrap_or(0);
-        let waiters = u64::try_from(kvs.len()).unwrap_or(0).saturating_sub(1);
-        LockStatus::new(name, Some(holder), waiters, u64::try_from(last).unwrap_or(0))
+        let waiters = u64::try_from(holding.waiters).unwrap_or(0);
+        LockStatus::new(name, None, waiters, u64::try_from(last).unwrap_or(0))
+            .with_holders(holders)
+            .with_permits(holding.permits)
     }
-}
-
-/// The lock a key belongs to, if it has the `concurrency.Mutex` shape: `<name>/<lease in hex>`
-/// written under that very lease.
-fn lock_of_key(kv: &KeyValue) -> Option<String> {
-    let key = std::str::from_utf8(&kv.key).ok()?;
-    let (name, lease) = key.rsplit_once('/')?;
-    (kv.lease != 0 && !name.is_empty() && lease == format!("{:x}", kv.lease)).then(|| name.to_string())
 }
 
 #[cfg(test)]
@@ -478,6 +586,21 @@ mod tests {
         {
             assert!(matches!(EtcdBackend::from_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
         }
+    }
+
+    /// `exclusive=` picks the key of exclusive holds; the non-default layout is shown.
+    #[test]
+    fn the_exclusive_layout_comes_from_the_url_or_the_options() {
+        let layout = |u: &str| EtcdBackend::from_url(u).map(|b| (b.shared.options.exclusive, b.shared.url.clone()));
+        assert_eq!(layout("etcd://a:1").unwrap(), (ExclusiveLayout::Mutex, "etcd://a:1".into()));
+        assert_eq!(layout("etcd://a:1?exclusive=mutex").unwrap(), (ExclusiveLayout::Mutex, "etcd://a:1".into()));
+        let w = layout("etcds://a:1?exclusive=write-lock").unwrap();
+        assert_eq!(w, (ExclusiveLayout::WriteLock, "etcds://a:1?exclusive=write-lock".into()));
+        for bad in ["etcd://a:1?exclusive=writer", "etcd://a:1?exclusive=", "etcd://a:1?other=1"] {
+            assert!(matches!(EtcdBackend::from_url(bad), Err(Error::InvalidUrl { .. })), "{bad}");
+        }
+        let b = EtcdBackend::with_options(["a:1"], EtcdOptions::new().exclusive(ExclusiveLayout::WriteLock)).unwrap();
+        assert_eq!(b.shared.url, "etcd://a:1?exclusive=write-lock");
     }
 
     /// TLS by scheme or option, credentials, and no password in what is shown.

@@ -1,9 +1,12 @@
 //! How to reach a cluster beyond its addresses: TLS material and credentials, for library users
 //! whose secrets do not belong in a URL (a password from a vault, a key read from a secret
-//! store). [`EtcdBackend::from_url`](crate::EtcdBackend::from_url) builds the same record from
-//! `etcds://user:password@…?ca=&cert=&key=`.
+//! store), and which key an exclusive hold writes.
+//! [`EtcdBackend::from_url`](crate::EtcdBackend::from_url) builds the same record from
+//! `etcds://user:password@…?ca=&cert=&key=&exclusive=`.
 
 use locksmith_core::driver::TlsFiles;
+
+use crate::ExclusiveLayout;
 
 /// TLS and authentication settings of an etcd client.
 ///
@@ -26,6 +29,9 @@ pub struct EtcdOptions {
     pub tls: Option<TlsFiles>,
     /// A user to authenticate as (`Auth.Authenticate`); `None`: no token is sent.
     pub credentials: Option<Credentials>,
+    /// The key an exclusive hold without a value writes: Go's `concurrency.Mutex` key (the
+    /// default) or the `recipe.RWMutex` writer key (`?exclusive=write-lock`).
+    pub exclusive: ExclusiveLayout,
 }
 
 impl EtcdOptions {
@@ -47,12 +53,23 @@ impl EtcdOptions {
         self.credentials = Some(credentials);
         self
     }
+
+    /// Write exclusive holds in `layout` (see [`ExclusiveLayout`]).
+    #[must_use]
+    pub fn exclusive(mut self, layout: ExclusiveLayout) -> Self {
+        self.exclusive = layout;
+        self
+    }
 }
 
 impl std::fmt::Debug for EtcdOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         // TlsFiles prints paths only, Credentials the user only.
-        f.debug_struct("EtcdOptions").field("tls", &self.tls).field("credentials", &self.credentials).finish()
+        f.debug_struct("EtcdOptions")
+            .field("tls", &self.tls)
+            .field("credentials", &self.credentials)
+            .field("exclusive", &self.exclusive)
+            .finish()
     }
 }
 

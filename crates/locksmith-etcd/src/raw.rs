@@ -2,8 +2,9 @@
 //! `proto/etcd.proto` (compiled by protox: no system `protoc`).
 //!
 //! It offers exactly what the driver, its tests and `locksmith bench`'s raw-recipe baseline
-//! need: ranges, puts, deletes, transactions, one-key watches and leases. Every call is a plain
-//! tonic call on a shared channel; bounding them in time is the caller's business.
+//! need: ranges, puts, deletes, transactions (nested ones, and compares over key ranges), one-key
+//! and prefix watches, and leases. Every call is a plain tonic call on a shared channel; bounding
+//! them in time is the caller's business.
 //!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
@@ -456,6 +457,11 @@ pub fn prefix_range(prefix: Vec<u8>) -> RangeRequest {
     RangeRequest { key, range_end, ..Default::default() }
 }
 
+/// A range over `[start, end)`.
+pub fn key_range(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> RangeRequest {
+    RangeRequest { key: start.into(), range_end: end.into(), ..Default::default() }
+}
+
 impl RangeRequest {
     /// Sorted by create revision, oldest first (`ascending`) or newest first.
     #[must_use]
@@ -474,6 +480,25 @@ impl Compare {
             target: CompareTarget::Create as i32,
             key: key.into(),
             target_union: Some(TargetUnion::CreateRevision(rev)),
+            range_end: Vec::new(),
+        }
+    }
+
+    /// No key in `[start, end)` (etcd 3.3+: a compare over a range holds for every key in it,
+    /// and over no key at all it is made against an absent key, whose create revision is 0).
+    pub fn range_is_empty(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>) -> Self {
+        Self { range_end: end.into(), ..Self::create_revision_is(start, 0) }
+    }
+
+    /// Every key in `[start, end)` has value `value` (etcd 3.3+). Fails when the range is empty:
+    /// etcd cannot compare the value of a missing key.
+    pub fn range_values_are(start: impl Into<Vec<u8>>, end: impl Into<Vec<u8>>, value: impl Into<Vec<u8>>) -> Self {
+        Self {
+            result: CompareResult::Equal as i32,
+            target: CompareTarget::Value as i32,
+            key: start.into(),
+            target_union: Some(TargetUnion::Value(value.into())),
+            range_end: end.into(),
         }
     }
 
@@ -484,6 +509,7 @@ impl Compare {
             target: CompareTarget::Lease as i32,
             key: key.into(),
             target_union: Some(TargetUnion::Lease(lease)),
+            range_end: Vec::new(),
         }
     }
 }
@@ -508,6 +534,12 @@ impl RequestOp {
     pub fn delete(key: impl Into<Vec<u8>>) -> Self {
         Self { request: Some(Op::RequestDeleteRange(DeleteRangeRequest { key: key.into(), range_end: Vec::new() })) }
     }
+
+    /// A nested transaction (etcd 3.3+): its compares are decided at the same revision as the
+    /// enclosing one's, so "if A then X else (if B then X else read)" is one atomic step.
+    pub fn txn(txn: TxnRequest) -> Self {
+        Self { request: Some(Op::RequestTxn(txn)) }
+    }
 }
 
 impl pb::ResponseOp {
@@ -515,6 +547,14 @@ impl pb::ResponseOp {
     pub fn range(&self) -> Option<&RangeResponse> {
         match &self.response {
             Some(pb::response_op::Response::ResponseRange(r)) => Some(r),
+            _ => None,
+        }
+    }
+
+    /// The nested transaction's answer, when this answers one.
+    pub fn txn(&self) -> Option<&TxnResponse> {
+        match &self.response {
+            Some(pb::response_op::Response::ResponseTxn(r)) => Some(r),
             _ => None,
         }
     }

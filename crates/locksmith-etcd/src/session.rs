@@ -1,5 +1,5 @@
 //! A session: one etcd lease, the holds written under it, and a local per-name queue so the
-//! session never has two keys for one name (etcd#10756).
+//! session never has two `concurrency.Mutex` keys for one name (etcd#10756).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,20 +8,23 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::{CancelGuard, HoldTable};
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result, Session, MAX_PERMITS};
 use tokio::sync::OwnedMutexGuard;
 
-use crate::raw::pb::{event::EventType, Compare, RangeRequest, RequestOp, ResponseHeader, TxnRequest};
-use crate::raw::{prefix_range, KeepAliveStream};
-use crate::{prefix, Shared, CALL_TIMEOUT};
+use crate::layout::{self, ExclusiveLayout, KeyRange, PERMIT, READ, WRITE};
+use crate::raw::pb::{
+    event::EventType, Compare, RangeRequest, RequestOp, ResponseHeader, TxnRequest, TxnResponse, WatchResponse,
+};
+use crate::raw::{key_range, KeepAliveStream, Watcher};
+use crate::{Shared, CALL_TIMEOUT};
 
 /// Most operations etcd accepts in one txn (its default `--max-txn-ops`).
 const MAX_TXN_OPS: usize = 128;
 
 type NameMap = Arc<Mutex<HashMap<LockName, Arc<tokio::sync::Mutex<()>>>>>;
 
-/// The local per-name slot: taken while this session has (or is creating or deleting) a key
-/// for the name. Frees its map entry when the last user goes.
+/// The local per-name slot: taken while this session has (or is creating or deleting) a
+/// `concurrency.Mutex` key for the name. Frees its map entry when the last user goes.
 struct NameSlot {
     guard: Option<OwnedMutexGuard<()>>,
     map: NameMap,
@@ -38,6 +41,36 @@ impl Drop for NameSlot {
     }
 }
 
+/// Which key an acquisition writes, and so how it decides and waits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Go's `concurrency.Mutex` / `Election` key `NAME/<lease-hex>` (value: the proposal): holds
+    /// when it is the oldest key under `NAME/`.
+    Mutex,
+    /// The `recipe.RWMutex` writer key `NAME/write/<nanos>`: the same rule as the mutex.
+    Writer,
+    /// The `recipe.RWMutex` reader key `NAME/read/<nanos>`: holds when no key outside
+    /// `NAME/read/` is older.
+    Reader,
+    /// A permit key `NAME/permit/<nanos>` (value: N): holds when fewer than N permit keys are
+    /// older.
+    Permit(u32),
+}
+
+/// A granted hold as the session keeps it: its key, and for a mutex key the name's slot.
+struct Held {
+    key: String,
+    _slot: Option<NameSlot>,
+}
+
+/// What a create attempt came to.
+enum Created {
+    /// Our key exists with create revision `rev`; `holds`: already granted.
+    Yes { rev: i64, holds: bool },
+    /// The key we tried is taken (a leftover of ours, or another client's unique key).
+    KeyTaken,
+}
+
 /// One session on an etcd backend: a lease.
 pub(crate) struct EtcdSession {
     shared: Arc<Shared>,
@@ -45,8 +78,8 @@ pub(crate) struct EtcdSession {
     /// The lease's TTL as etcd granted it.
     granted: Duration,
     names: NameMap,
-    /// Each hold keeps its name's slot (one key per name and lease) until it is released.
-    holds: HoldTable<Arc<NameSlot>>,
+    /// Each hold keeps its key (and a mutex key its name's slot) until it is released.
+    holds: HoldTable<Arc<Held>>,
     keeper: tokio::sync::Mutex<Option<KeepAliveStream>>,
     closed: AtomicBool,
 }
@@ -64,10 +97,6 @@ impl EtcdSession {
         }
     }
 
-    fn key(&self, name: &LockName) -> String {
-        format!("{}{:x}", prefix(name), self.lease)
-    }
-
     fn slot_mutex(&self, name: &LockName) -> Arc<tokio::sync::Mutex<()>> {
         let mut map = self.names.lock().unwrap_or_else(|p| p.into_inner());
         map.entry(name.clone()).or_default().clone()
@@ -75,6 +104,34 @@ impl EtcdSession {
 
     fn slot(&self, name: &LockName, guard: OwnedMutexGuard<()>) -> NameSlot {
         NameSlot { guard: Some(guard), map: self.names.clone(), name: name.clone() }
+    }
+
+    /// The kind of key `req` writes.
+    fn kind(&self, req: &AcquireRequest) -> Result<Kind> {
+        match req.mode {
+            // A campaign is Go's `Election`, whose keys are the mutex's.
+            HoldMode::Exclusive if req.value.is_some() => Ok(Kind::Mutex),
+            HoldMode::Exclusive => Ok(match self.shared.options.exclusive {
+                ExclusiveLayout::WriteLock => Kind::Writer,
+                _ => Kind::Mutex,
+            }),
+            HoldMode::Shared => Ok(Kind::Reader),
+            HoldMode::Permit(n) if (1..=MAX_PERMITS).contains(&n) => Ok(Kind::Permit(n)),
+            HoldMode::Permit(n) => {
+                Err(Error::InvalidArgument(format!("a semaphore has 1..={MAX_PERMITS} permits, not {n}")))
+            }
+            other => Err(Error::Unsupported(format!("{} offers no {other} holds", self.shared.url))),
+        }
+    }
+
+    /// A fresh key of `kind` for `name`.
+    fn new_key(&self, name: &LockName, kind: Kind) -> String {
+        match kind {
+            Kind::Mutex => layout::mutex_key(name, self.lease),
+            Kind::Writer => layout::unique_key(name, WRITE),
+            Kind::Reader => layout::unique_key(name, READ),
+            Kind::Permit(_) => layout::unique_key(name, PERMIT),
+        }
     }
 
     /// One keep-alive request and its answer; the stream is dropped (and re-opened next time)
@@ -108,8 +165,7 @@ impl EtcdSession {
         let mut c = self.shared.client().await?;
         for chunk in keys.chunks(MAX_TXN_OPS) {
             let success = chunk.iter().map(|k| RequestOp::get(k.as_str())).collect();
-            let resp =
-                self.shared.call(c.txn(TxnRequest { compare: Vec::new(), success, failure: Vec::new() })).await?;
+            let resp = self.shared.call(c.txn(read_txn(success))).await?;
             for r in &resp.responses {
                 out.push(r.range().and_then(|g| g.kvs.first()).map_or(0, |kv| kv.create_revision));
             }
@@ -118,87 +174,345 @@ impl EtcdSession {
     }
 
     /// The acquisition proper; `pending` cleans up if this future is dropped or fails.
-    async fn acquire_inner(&self, req: &AcquireRequest, pending: &mut Pending) -> Result<Option<u64>> {
-        let key = pending.key.clone();
-        let pfx = prefix(&req.name);
+    async fn acquire_inner(&self, req: &AcquireRequest, kind: Kind, pending: &mut Pending) -> Result<Option<u64>> {
         let mut c = self.shared.client().await?;
-        let oldest = || {
-            RequestOp::range(RangeRequest { limit: 1, ..prefix_range(pfx.clone().into_bytes()) }.sorted_by_create(true))
-        };
         let mut attempts = 0;
-        let (my_rev, owner_rev) = loop {
-            let txn = TxnRequest {
-                compare: vec![Compare::create_revision_is(key.as_str(), 0)],
-                // The value is an election's proposal (Go's `Election.Campaign` writes it in
-                // the same layout); a lock's is empty, as `concurrency.Mutex` writes it.
-                success: vec![RequestOp::put(key.as_str(), req.value.as_deref().unwrap_or(""), self.lease), oldest()],
-                failure: vec![RequestOp::get(key.as_str()), oldest()],
-            };
+        let (my_rev, holds) = loop {
+            let txn = self.create_txn(req, kind, &pending.key);
             pending.sent = true;
             let resp = self.shared.call(c.txn(txn)).await?;
-            let owner_rev = match resp.responses.get(1).and_then(|r| r.range()) {
-                Some(g) => g.kvs.first().map(|kv| kv.create_revision),
-                None => return Err(Error::Protocol("etcd: unexpected txn answer".into())),
-            };
-            if resp.succeeded {
-                break (ResponseHeader::revision_of(resp.header.as_ref()), owner_rev);
+            match created(req, kind, &pending.key, &resp)? {
+                Created::Yes { rev, holds } => break (rev, holds),
+                Created::KeyTaken => {}
             }
-            // A key of ours left over from an attempt whose cleanup failed: delete it and start
-            // afresh, so every grant gets a new create revision (a new token).
             attempts += 1;
             if attempts > 2 {
-                return Err(Error::Protocol(format!("etcd: cannot replace the leftover key {key:?}")));
+                return Err(Error::Protocol(format!("etcd: cannot create a key of our own under {}/", req.name)));
             }
-            self.delete_own(&key, None).await?;
+            match kind {
+                // A key of ours left over from an attempt whose cleanup failed: delete it and
+                // start afresh, so every grant gets a new create revision (a new token).
+                Kind::Mutex => {
+                    self.delete_own(&pending.key, None).await?;
+                }
+                // Another client's key of the same nanosecond: pick another.
+                _ => pending.key = self.new_key(&req.name, kind),
+            }
         };
         pending.rev = Some(my_rev);
-        if owner_rev.is_none_or(|r| r == my_rev) {
-            return Ok(Some(u64::try_from(my_rev).unwrap_or(0)));
+        let token = u64::try_from(my_rev).unwrap_or(0);
+        if holds {
+            return Ok(Some(token));
         }
         if !req.wait {
-            self.delete_own(&key, Some(my_rev)).await?;
+            self.delete_own(&pending.key, Some(my_rev)).await?;
             pending.sent = false;
             return Ok(None);
         }
-        self.wait_deletes(&pfx, my_rev - 1).await?;
+        let key = pending.key.clone();
+        let confirmed = match kind {
+            Kind::Mutex | Kind::Writer => {
+                self.wait_older_gone(&[layout::prefix_range(&req.name)], my_rev - 1).await?;
+                self.still_ours(&key, my_rev).await?
+            }
+            Kind::Reader => {
+                self.wait_older_gone(&layout::outside_part(&req.name, READ), my_rev - 1).await?;
+                self.still_ours(&key, my_rev).await?
+            }
+            Kind::Permit(n) => {
+                self.wait_for_permit(&req.name, my_rev, n).await?;
+                // Rewriting our key (checked by its create revision) confirms it, and wakes the
+                // waiter behind us: it watches our key, and is now first in line.
+                let txn = TxnRequest {
+                    compare: vec![Compare::create_revision_is(key.as_str(), my_rev)],
+                    success: vec![RequestOp::put(key.as_str(), n.to_string(), self.lease)],
+                    failure: Vec::new(),
+                };
+                self.shared.call(c.txn(txn)).await?.succeeded
+            }
+        };
         // etcd#11456: our lease may have expired while we waited, taking our key with it.
-        let g = self.shared.call(c.get(key.as_str())).await?;
-        if g.kvs.first().map(|kv| kv.create_revision) != Some(my_rev) {
+        if !confirmed {
             pending.sent = false;
             return Err(Error::SessionExpired);
         }
-        Ok(Some(u64::try_from(my_rev).unwrap_or(0)))
+        Ok(Some(token))
     }
 
-    /// Waits until no key under `pfx` has a create revision ≤ `max_rev` (Go's `waitDeletes`):
-    /// watches only the newest such key until it is deleted, then looks again.
-    async fn wait_deletes(&self, pfx: &str, max_rev: i64) -> Result<()> {
-        let mut c = self.shared.client().await?;
-        loop {
-            let req = RangeRequest { limit: 1, max_create_revision: max_rev, ..prefix_range(pfx.as_bytes().to_vec()) }
-                .sorted_by_create(false);
-            let resp = self.shared.call(c.range(req)).await?;
-            let Some(last) = resp.kvs.first() else { return Ok(()) };
-            let rev = ResponseHeader::revision_of(resp.header.as_ref());
-            let mut stream = self.shared.call(c.watch(last.key.clone(), rev + 1)).await?;
-            loop {
-                let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
-                let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
-                if msg.canceled {
-                    break;
+    /// The txn that creates our key if the name is free of the other kind (a semaphore's permit
+    /// keys for a lock, lock keys for a semaphore; a semaphore's N agreed), then reads what
+    /// decides whether we hold at once. Its failure branch reads what says why.
+    fn create_txn(&self, req: &AcquireRequest, kind: Kind, key: &str) -> TxnRequest {
+        let absent = || Compare::create_revision_is(key, 0);
+        let (permit_start, permit_end) = layout::part_range(&req.name, PERMIT);
+        let first = |(start, end): &KeyRange, ascending: bool| {
+            RequestOp::range(
+                RangeRequest { limit: 1, ..key_range(start.clone(), end.clone()) }.sorted_by_create(ascending),
+            )
+        };
+        let permit_range = (permit_start.clone(), permit_end.clone());
+        match kind {
+            Kind::Mutex | Kind::Writer | Kind::Reader => {
+                // The value is an election's proposal (Go's `Election.Campaign` writes it in the
+                // mutex's layout); a lock's is empty, as the Go recipes write it.
+                let value = if kind == Kind::Mutex { req.value.as_deref().unwrap_or("") } else { "" };
+                let mut success = vec![RequestOp::put(key, value, self.lease)];
+                match kind {
+                    // A reader holds if these two reads (the newest key outside `NAME/read/`, on
+                    // either side of it) find nothing: ours is not among them.
+                    Kind::Reader => {
+                        success.extend(layout::outside_part(&req.name, READ).iter().map(|r| first(r, false)));
+                    }
+                    // A mutex or writer holds if the oldest key under the prefix is ours.
+                    _ => success.push(first(&layout::prefix_range(&req.name), true)),
                 }
-                if msg.events.iter().any(|e| e.r#type() == EventType::Delete) {
-                    break;
+                TxnRequest {
+                    compare: vec![absent(), Compare::range_is_empty(permit_start, permit_end)],
+                    success,
+                    failure: vec![RequestOp::get(key), first(&permit_range, true)],
                 }
             }
-            // The predecessor's watch fired: looking again is one wake-up.
+            Kind::Permit(n) => {
+                let says = n.to_string();
+                let locks = layout::outside_part(&req.name, PERMIT);
+                let no_locks = || locks.iter().map(|(s, e)| Compare::range_is_empty(s.clone(), e.clone()));
+                let put_and_read = || {
+                    let first_n = RangeRequest {
+                        limit: i64::from(n),
+                        keys_only: true,
+                        ..key_range(permit_start.clone(), permit_end.clone())
+                    }
+                    .sorted_by_create(true);
+                    vec![RequestOp::put(key, says.as_str(), self.lease), RequestOp::range(first_n)]
+                };
+                // A range compare on values fails over no key at all, so "no permit key, or every
+                // permit key says N" is two compares: the first user's, and everyone else's in a
+                // nested txn decided at the same revision.
+                let mut if_in_use: Vec<Compare> = vec![absent()];
+                if_in_use.extend(no_locks());
+                if_in_use.push(Compare::range_values_are(permit_start.clone(), permit_end.clone(), says.as_str()));
+                let in_use = TxnRequest {
+                    compare: if_in_use,
+                    success: put_and_read(),
+                    failure: vec![
+                        RequestOp::get(key),
+                        first(&locks[0], true),
+                        first(&locks[1], true),
+                        first(&permit_range, true),
+                    ],
+                };
+                let mut if_first: Vec<Compare> = vec![absent()];
+                if_first.extend(no_locks());
+                if_first.push(Compare::range_is_empty(permit_start.clone(), permit_end.clone()));
+                TxnRequest { compare: if_first, success: put_and_read(), failure: vec![RequestOp::txn(in_use)] }
+            }
+        }
+    }
+
+    /// Waits until no key in `ranges` has a create revision ≤ `max_rev` (Go's `waitDeletes`,
+    /// over several ranges): watches only the newest such key until it is deleted, then looks
+    /// again. That key must go before we can hold, so no wake-up is wasted on the others.
+    async fn wait_older_gone(&self, ranges: &[KeyRange], max_rev: i64) -> Result<()> {
+        let mut c = self.shared.client().await?;
+        loop {
+            let reads = ranges
+                .iter()
+                .map(|(start, end)| {
+                    let r = RangeRequest {
+                        limit: 1,
+                        keys_only: true,
+                        max_create_revision: max_rev,
+                        ..key_range(start.clone(), end.clone())
+                    };
+                    RequestOp::range(r.sorted_by_create(false))
+                })
+                .collect();
+            let resp = self.shared.call(c.txn(read_txn(reads))).await?;
+            let newest = resp
+                .responses
+                .iter()
+                .filter_map(|r| r.range().and_then(|g| g.kvs.first()))
+                .max_by_key(|kv| kv.create_revision);
+            let Some(last) = newest else { return Ok(()) };
+            let rev = ResponseHeader::revision_of(resp.header.as_ref());
+            let mut stream = self.shared.call(c.watch(last.key.clone(), rev + 1)).await?;
+            self.until_event(&mut stream, |m| m.events.iter().any(|e| e.r#type() == EventType::Delete)).await?;
+            // The watched key went: looking again is one wake-up.
             locksmith_core::metrics::wakeup("etcd");
         }
+    }
+
+    /// Waits until fewer than `n` permit keys of `name` are older than ours (`my_rev`). The
+    /// first waiter (exactly `n` older keys) watches the permit keys, and any deletion may let
+    /// it in; a later waiter watches only the waiter just before it, which rewrites its key
+    /// when it gets its permit (or deletes it when it gives up). So a release wakes the first
+    /// waiter alone, and each grant the next one, whichever holder leaves.
+    async fn wait_for_permit(&self, name: &LockName, my_rev: i64, n: u32) -> Result<()> {
+        let (start, end) = layout::part_range(name, PERMIT);
+        let mut c = self.shared.client().await?;
+        let n = usize::try_from(n).unwrap_or(usize::MAX);
+        loop {
+            let older = |limit: usize, ascending: bool| {
+                let r = RangeRequest {
+                    limit: i64::try_from(limit).unwrap_or(i64::MAX),
+                    keys_only: true,
+                    max_create_revision: my_rev - 1,
+                    ..key_range(start.clone(), end.clone())
+                };
+                RequestOp::range(r.sorted_by_create(ascending))
+            };
+            let resp =
+                self.shared.call(c.txn(read_txn(vec![older(n.saturating_add(1), true), older(1, false)]))).await?;
+            let ranges: Vec<_> = resp.responses.iter().filter_map(|r| r.range()).collect();
+            let &[first_n, newest] = ranges.as_slice() else {
+                return Err(Error::Protocol("etcd: unexpected txn answer".into()));
+            };
+            let ahead = first_n.kvs.len();
+            if ahead < n {
+                return Ok(());
+            }
+            let rev = ResponseHeader::revision_of(resp.header.as_ref());
+            if ahead == n {
+                let mut stream = self.shared.call(c.watch_prefix(start.clone(), rev + 1)).await?;
+                self.until_event(&mut stream, |m| m.events.iter().any(|e| e.r#type() == EventType::Delete)).await?;
+            } else {
+                let Some(before) = newest.kvs.first() else {
+                    return Err(Error::Protocol("etcd: more permit keys than read".into()));
+                };
+                let mut stream = self.shared.call(c.watch(before.key.clone(), rev + 1)).await?;
+                self.until_event(&mut stream, |m| !m.events.is_empty()).await?;
+            }
+            locksmith_core::metrics::wakeup("etcd");
+        }
+    }
+
+    /// Reads `stream` until an answer `wanted` accepts: then, or when etcd cancelled the watch
+    /// because its start revision was compacted away, it is time to look again. A watch etcd
+    /// refuses (a role without read on the keys) is an error, not a reason to look again at once.
+    async fn until_event(&self, stream: &mut Watcher, wanted: impl Fn(&WatchResponse) -> bool) -> Result<()> {
+        loop {
+            let msg = stream.message().await.map_err(|e| self.shared.error(e))?;
+            let Some(msg) = msg else { return Err(self.shared.unavailable("watch stream closed")) };
+            if msg.canceled {
+                if msg.compact_revision > 0 {
+                    return Ok(());
+                }
+                let why = format!("etcd cancelled the watch: {}", msg.cancel_reason);
+                return Err(match msg.cancel_reason.contains("permission denied") {
+                    true => self.shared.error(tonic::Status::permission_denied(why)),
+                    false => self.shared.unavailable(&why),
+                });
+            }
+            if wanted(&msg) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Whether `key` still exists with create revision `rev` (etcd#11456).
+    async fn still_ours(&self, key: &str, rev: i64) -> Result<bool> {
+        let mut c = self.shared.client().await?;
+        let g = self.shared.call(c.get(key)).await?;
+        Ok(g.kvs.first().map(|kv| kv.create_revision) == Some(rev))
     }
 
     /// Deletes our key, checked by create revision when known, else by our lease.
     async fn delete_own(&self, key: &str, rev: Option<i64>) -> Result<bool> {
         delete_own(&self.shared, self.lease, key, rev).await
+    }
+
+    /// Deletes the key of ours under `name` whose create revision is `rev`, found by a read
+    /// (a release the hold table no longer knows: a retry, or a hold reported lost).
+    async fn delete_by_revision(&self, name: &LockName, rev: i64) -> Result<bool> {
+        let mut c = self.shared.client().await?;
+        let (start, end) = layout::prefix_range(name);
+        let req = RangeRequest {
+            keys_only: true,
+            min_create_revision: rev,
+            max_create_revision: rev,
+            ..key_range(start, end)
+        };
+        let resp = self.shared.call(c.range(req)).await?;
+        match resp.kvs.iter().find(|kv| kv.lease == self.lease) {
+            Some(kv) => delete_own(&self.shared, self.lease, &String::from_utf8_lossy(&kv.key), Some(rev)).await,
+            None => Ok(false),
+        }
+    }
+}
+
+/// A txn that only reads.
+fn read_txn(success: Vec<RequestOp>) -> TxnRequest {
+    TxnRequest { compare: Vec::new(), success, failure: Vec::new() }
+}
+
+/// Reads a create txn's answer (see [`EtcdSession::create_txn`]).
+fn created(req: &AcquireRequest, kind: Kind, key: &str, resp: &TxnResponse) -> Result<Created> {
+    let unexpected = || Error::Protocol("etcd: unexpected txn answer".into());
+    let rev = ResponseHeader::revision_of(resp.header.as_ref());
+    let read = |resp: &TxnResponse, i: usize| resp.responses.get(i).and_then(|r| r.range()).map(|g| g.kvs.clone());
+    match kind {
+        Kind::Mutex | Kind::Writer | Kind::Reader if resp.succeeded => {
+            let holds = match kind {
+                // No key outside `NAME/read/` (ours is not among them): no writer is before us.
+                Kind::Reader => {
+                    let mut blockers = 0;
+                    for i in 1..resp.responses.len() {
+                        blockers += read(resp, i).ok_or_else(unexpected)?.len();
+                    }
+                    blockers == 0
+                }
+                _ => read(resp, 1).ok_or_else(unexpected)?.first().is_none_or(|kv| kv.create_revision == rev),
+            };
+            Ok(Created::Yes { rev, holds })
+        }
+        Kind::Mutex | Kind::Writer | Kind::Reader => {
+            if let Some(permit) = read(resp, 1).ok_or_else(unexpected)?.first() {
+                let n = layout::permits_of(permit).map_or_else(|| "some".to_string(), |n| n.to_string());
+                return Err(Error::InvalidArgument(format!(
+                    "{} is a semaphore in use (with {n} permits, key {}): it cannot be locked until its permits are \
+                     released",
+                    req.name,
+                    String::from_utf8_lossy(&permit.key)
+                )));
+            }
+            if read(resp, 0).ok_or_else(unexpected)?.is_empty() {
+                return Err(unexpected());
+            }
+            Ok(Created::KeyTaken)
+        }
+        Kind::Permit(n) => {
+            let answer = match resp.succeeded {
+                true => resp,
+                false => resp.responses.first().and_then(|r| r.txn()).ok_or_else(unexpected)?,
+            };
+            if answer.succeeded {
+                let first_n = read(answer, 1).ok_or_else(unexpected)?;
+                return Ok(Created::Yes { rev, holds: first_n.iter().any(|kv| kv.key == key.as_bytes()) });
+            }
+            for i in [1, 2] {
+                if let Some(lock) = read(answer, i).ok_or_else(unexpected)?.first() {
+                    return Err(Error::InvalidArgument(format!(
+                        "{} is in use as a lock (key {}): it cannot be a semaphore until that is released",
+                        req.name,
+                        String::from_utf8_lossy(&lock.key)
+                    )));
+                }
+            }
+            let oldest = read(answer, 3).ok_or_else(unexpected)?;
+            let theirs = oldest.first().map(layout::permits_of);
+            if !read(answer, 0).ok_or_else(unexpected)?.is_empty() && theirs == Some(Some(n)) {
+                return Ok(Created::KeyTaken);
+            }
+            let theirs = match theirs {
+                Some(Some(m)) if m != n => format!("{m}"),
+                _ => "another number of".to_string(),
+            };
+            Err(Error::InvalidArgument(format!(
+                "semaphore {} is in use with {theirs} permits; everyone must ask for the same number while it is \
+                 in use (asked for {n})",
+                req.name
+            )))
+        }
     }
 }
 
@@ -213,8 +527,8 @@ async fn delete_own(shared: &Shared, lease: i64, key: &str, rev: Option<i64>) ->
 }
 
 /// An acquisition in flight, as its cleanup needs it: if the acquisition ends without a grant
-/// (or its future is dropped), our key is deleted in the background and the per-name slot stays
-/// taken until that is done.
+/// (or its future is dropped), our key is deleted in the background and the per-name slot (a
+/// mutex key's) stays taken until that is done.
 struct Pending {
     shared: Arc<Shared>,
     lease: i64,
@@ -223,7 +537,7 @@ struct Pending {
     rev: Option<i64>,
     /// Whether a put may have reached etcd.
     sent: bool,
-    slot: NameSlot,
+    slot: Option<NameSlot>,
 }
 
 impl Pending {
@@ -234,6 +548,8 @@ impl Pending {
                 return None;
             }
             Some(async move {
+                // By create revision when known, else by our lease: a unique key another client
+                // had taken first carries its lease, not ours.
                 if let Err(e) = delete_own(&p.shared, p.lease, &p.key, p.rev).await {
                     tracing::debug!(key = %p.key, error = %e, "cleanup of an abandoned acquisition failed; the lease is the backstop");
                 }
@@ -264,7 +580,7 @@ impl Session for EtcdSession {
         if snapshot.is_empty() {
             return Ok(KeepAlive::default());
         }
-        let keys: Vec<String> = snapshot.iter().map(|h| self.key(&h.name)).collect();
+        let keys: Vec<String> = snapshot.iter().map(|h| h.value.key.clone()).collect();
         let revs = self.create_revisions(&keys).await?;
         let verdicts = snapshot.into_iter().zip(revs).map(|(h, rev)| {
             let ours = u64::try_from(rev).ok() == Some(h.token);
@@ -273,7 +589,10 @@ impl Session for EtcdSession {
         Ok(self.holds.report(verdicts, "hold found deleted on keep-alive"))
     }
 
-    /// Acquires with Go's `concurrency.Mutex` recipe, waiting on a watch of the predecessor.
+    /// Acquires in the layout of the hold's kind (see the crate docs): a mutex or a campaign
+    /// with Go's `concurrency.Mutex`/`Election` recipe, a reader or writer with the Go
+    /// `recipe.RWMutex`'s keys, a permit with locksmith's semaphore; waiting on a watch of one
+    /// key that must change first.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped acquisition deletes its key in the background (checked by our
@@ -285,24 +604,32 @@ impl Session for EtcdSession {
         if req.lock_delay.is_some() {
             return Err(Error::InvalidArgument("the etcd backend does not support lock-delay".into()));
         }
-        let m = self.slot_mutex(&req.name);
-        let guard = if req.wait {
-            m.lock_owned().await
-        } else {
-            match m.try_lock_owned() {
-                Ok(g) => g,
-                Err(_) => return Ok(Acquired::Busy),
+        let kind = self.kind(&req)?;
+        // Go's mutex key is one per lease and name: a second acquisition of the name through
+        // this session queues here. Keys with a unique suffix need no such queue.
+        let slot = match kind {
+            Kind::Mutex => {
+                let m = self.slot_mutex(&req.name);
+                let guard = if req.wait {
+                    m.lock_owned().await
+                } else {
+                    match m.try_lock_owned() {
+                        Ok(g) => g,
+                        Err(_) => return Ok(Acquired::Busy),
+                    }
+                };
+                Some(self.slot(&req.name, guard))
             }
+            _ => None,
         };
-        let slot = self.slot(&req.name, guard);
-        let key = self.key(&req.name);
+        let key = self.new_key(&req.name, kind);
         let mut pending =
-            Pending { shared: self.shared.clone(), lease: self.lease, key: key.clone(), rev: None, sent: false, slot }
-                .guard();
-        match self.acquire_inner(&req, pending.state_mut()).await? {
+            Pending { shared: self.shared.clone(), lease: self.lease, key, rev: None, sent: false, slot }.guard();
+        match self.acquire_inner(&req, kind, pending.state_mut()).await? {
             Some(token) => {
-                let slot = pending.disarm().slot;
-                self.holds.insert(req.name.clone(), req.owner.clone(), token, Arc::new(slot));
+                let p = pending.disarm();
+                let held = Arc::new(Held { key: p.key, _slot: p.slot });
+                self.holds.insert(req.name.clone(), req.owner.clone(), token, held);
                 Ok(Acquired::Granted { token })
             }
             None => Ok(Acquired::Busy),
@@ -312,14 +639,16 @@ impl Session for EtcdSession {
     /// Deletes our key if its create revision is still `token`.
     ///
     /// # Cancel safety
-    /// Cancel safe; a key left behind is replaced by the next acquisition or expires with the
-    /// lease.
+    /// Cancel safe; a key left behind is deleted by a retried release, replaced by the next
+    /// acquisition (a mutex key) or expires with the lease.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        // The name's slot stays taken until the delete is done.
+        // A mutex key's slot stays taken until the delete is done.
         let hold = self.holds.take_token(name, owner, token);
-        let key = self.key(name);
         let rev = i64::try_from(token).map_err(|_| Error::InvalidArgument(format!("token {token} out of range")))?;
-        let deleted = self.delete_own(&key, Some(rev)).await;
+        let deleted = match &hold {
+            Some(h) => self.delete_own(&h.key, Some(rev)).await,
+            None => self.delete_by_revision(name, rev).await,
+        };
         drop(hold);
         deleted
     }

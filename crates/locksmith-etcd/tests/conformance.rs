@@ -9,4 +9,4 @@ fn etcd() -> UrlTarget {
 }
 
 locksmith_core::conformance_suite!(etcd());
-locksmith_core::election_suite!(etcd());
+locksmith_core::primitives_suite!(etcd());

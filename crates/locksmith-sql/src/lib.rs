@@ -170,6 +170,7 @@ mod backend;
 mod conn;
 #[macro_use]
 mod db;
+mod lease;
 mod notify;
 mod options;
 mod renew;
@@ -181,7 +182,7 @@ mod url;
 
 pub use backend::SqlBackend;
 pub use options::{ConnectOptions, SqlSettings};
-pub use schema::{schema, InitReport, FENCE_TABLE, LOCKS_TABLE, ROWS_TABLE};
+pub use schema::{schema, InitReport, FENCE_TABLE, HOLDS_TABLE, LOCKS_TABLE, ROWS_TABLE};
 pub use url::{Dialect, Mode};
 
 /// The sqlx this crate is built with, for [`SqlBackend::from_options`]' connect options.

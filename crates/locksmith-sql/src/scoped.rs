@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::HoldTable;
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, HoldMode, KeepAlive, LockName, Result, Session};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::conn;
@@ -262,6 +262,15 @@ impl Session for ScopedSession {
     /// connection killed (from the pool), so it leaves no waiter that would later hold the row.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         crate::session::admit(&self.closed, &req)?;
+        // The engine asks `supports` first; this is the backstop.
+        if req.mode != HoldMode::Exclusive {
+            return Err(Error::Unsupported(format!(
+                "{}: {} holds need the lease mode (the default); ?mode={} holds the database's own exclusive lock",
+                self.db.dialect().label(),
+                req.mode,
+                self.db.mode().as_str()
+            )));
+        }
         if let Some(stale) = self.holds.take(&req.name, &req.owner) {
             let mut c = stale.value.lock().await;
             let _ = self.unlock(&mut c, req.name.as_str()).await;

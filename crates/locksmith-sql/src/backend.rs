@@ -102,6 +102,13 @@ impl SqlBackend {
     }
 }
 
+/// What a connection-scoped mode offers: the mutex, and read locks on PostgreSQL advisory locks
+/// (a semaphore would need N advisory keys and a fair way to pick one; `GET_LOCK` has no shared
+/// mode; a waiting `FOR UPDATE` does not stop new `FOR SHARE` lockers, so writers could starve).
+pub(crate) fn scoped_supports(mode: Mode, hold: HoldMode) -> bool {
+    matches!((mode, hold), (_, HoldMode::Exclusive) | (Mode::Advisory, HoldMode::Shared))
+}
+
 #[async_trait]
 impl Backend for SqlBackend {
     fn describe(&self) -> String {
@@ -125,13 +132,13 @@ impl Backend for SqlBackend {
         }
     }
 
-    /// Read locks and semaphores in the lease mode, on every database. The connection-scoped
-    /// modes hold the database's own exclusive lock (an advisory lock, `GET_LOCK`, a row lock):
-    /// only the mutex.
+    /// Read locks and semaphores in the lease mode, on every database; read locks also in
+    /// PostgreSQL's advisory mode (`pg_advisory_lock_shared`). `GET_LOCK` and row locks: only
+    /// the mutex (see the [crate docs](crate)).
     fn supports(&self, mode: HoldMode) -> bool {
         match self.db.mode() {
             Mode::Lease => matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_)),
-            Mode::Advisory | Mode::GetLock | Mode::RowLock => mode == HoldMode::Exclusive,
+            scoped => scoped_supports(scoped, mode),
         }
     }
 

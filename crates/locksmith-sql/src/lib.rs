@@ -188,6 +188,22 @@
 //! clients of one lock must use one mode. Advisory-lock keys are 64-bit hashes: two names that
 //! collide share a lock (over-exclusion). `status` reports the last token but no holder.
 //!
+//! **Read/write locks in advisory mode** (`LockOptions::shared()` with `?mode=advisory`): a reader
+//! holds `pg_advisory_lock_shared` on the name's key, a writer `pg_advisory_lock` as the mutex
+//! does; each grant bumps `locksmith_fence` as above, so every grant takes the next token.
+//! Writer preference, as in the lease mode: a writer that has to wait also holds a second key
+//! of the name (`hashtextextended(name, 1)`) in shared mode on its connection — its
+//! announcement — and a reader gets in only if it can take that key exclusively (and gives it
+//! back at once, in the same statement as its try), so new readers stay out while a writer
+//! waits. The announcement ends with the writer's grant, or with its connection when it gives
+//! up (a dropped or timed-out acquisition closes it; a paused one is ended by the idle timeout).
+//! Waiting never blocks in the server (both sides poll), so a dropped acquisition leaves
+//! nothing queued. The announcement key is another 64-bit hash: a collision with another name's
+//! key only over-excludes. Not offered elsewhere: a semaphore on advisory locks would need N keys and a
+//! fair way to pick a free one; `GET_LOCK` has no shared mode; and in row-lock mode a queued
+//! `FOR UPDATE` does not stop new `FOR SHARE` lockers, so writers could starve. These are
+//! refused with [`Error::Unsupported`](locksmith_core::Error::Unsupported) — use the lease mode.
+//!
 //! ## TLS and authentication
 //! TLS is the database driver's own (sqlx on rustls with the ring provider; Mozilla's root set,
 //! compiled in, unless a CA file is named — loading the system store cost tens of milliseconds

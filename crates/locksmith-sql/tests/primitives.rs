@@ -2,7 +2,9 @@
 //! permits on PostgreSQL 15, MariaDB 10.11 and a SQLite file, through the shared property
 //! functions of `locksmith_core::conformance::primitives` (called one by one: the SQL driver
 //! offers no elections, so `primitives_suite!` does not fit), then what is particular to SQL:
-//! status rows, cross-kind refusals, and the cleanup of abandoned acquisitions.
+//! status rows, cross-kind refusals, and the cleanup of abandoned acquisitions. PostgreSQL's
+//! advisory mode offers read/write locks too (shared advisory locks): the read/write properties
+//! run there as well.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -92,6 +94,47 @@ macro_rules! properties {
 }
 
 properties!(postgres, postgres_url());
+
+/// Read/write locks on PostgreSQL advisory locks (`?mode=advisory`); semaphores are refused there
+/// (`primitives_are_offered_or_refused_clearly`, in the conformance suite).
+mod postgres_advisory {
+    use super::*;
+
+    fn url() -> String {
+        format!("{}?mode=advisory", postgres_url())
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn readers_share_and_never_overlap_a_writer() {
+        p::readers_share_and_never_overlap_a_writer(&target(url())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_gets_in_while_readers_keep_arriving() {
+        p::a_writer_gets_in_while_readers_keep_arriving(&target(url())).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_that_gives_up_lets_waiting_readers_in_at_once() {
+        super::a_writer_that_gives_up_lets_waiting_readers_in_at_once(&url()).await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_grant_of_every_kind_takes_the_next_token() {
+        let c = connect(&url()).await;
+        let name = unique("tokens");
+        let mut last = 0;
+        for opts in [LockOptions::new(), LockOptions::new().shared(), LockOptions::new().shared(), LockOptions::new()] {
+            let g = c.lock_with(&name, opts).await.unwrap_or_else(|e| panic!("lock: {e}"));
+            assert!(g.token() > last, "token {} after {last}", g.token());
+            last = g.token();
+            assert!(g.unlock().await.unwrap_or(false));
+        }
+        let r = c.try_lock_with(&name, LockOptions::new().permits(2)).await;
+        assert!(matches!(r, Err(locksmith::Error::Unsupported(_))), "{r:?}");
+        c.close().await;
+    }
+}
 properties!(mariadb, mariadb_url());
 properties!(sqlite, sqlite_url());
 

@@ -114,15 +114,18 @@
 //! in when the last leaves — so a stream of readers cannot starve a writer. Writers do not
 //! wait for each other's announcements; a writer that crashed while waiting keeps new readers
 //! out for at most 2 s. The flip side of writer preference: readers can wait as long as writers
-//! keep coming.
+//! keep coming; and a reader that asks for a second read hold of a name while a writer waits
+//! waits behind that writer, which waits for the first read hold (no upgrade, no reentrancy by
+//! kind: as on the native server, such a client needs a timeout).
 //!
 //! **PostgreSQL wake-ups**: each release notifies as before; in each process one waiter of the
 //! name wakes, and a reader or permit holder that gets in wakes the next (one release may admit
 //! several).
 //!
-//! **Cost**: the mutex's acquisition is still the same three statements (the insert also checks
-//! that `locksmith_holds` has no live reader or permit of the name: one index probe); a busy
-//! attempt reads what is in its way in one more (as before). Readers and permits cost the same;
+//! **Cost**: the mutex's acquisition is the same statements as before (three in its transaction;
+//! four on MySQL/MariaDB, which reads the bumped counter back); its insert also checks that
+//! `locksmith_holds` has no live reader or permit of the name (one index probe), and a busy
+//! attempt reads what is in its way in one more statement, as before. Readers and permits cost the same;
 //! a writer waiting behind readers adds one autocommit statement per retry (its announcement).
 //! `status` reads the two tables in two statements.
 //!

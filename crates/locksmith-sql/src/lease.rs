@@ -907,9 +907,11 @@ mod tests {
 
     #[test]
     fn statements_name_the_kinds_the_schema_allows() {
-        for ddl in crate::schema(crate::Dialect::Postgres).iter().filter(|s| s.contains("locksmith_holds")) {
-            for kind in [KIND_SHARED, KIND_PERMIT, KIND_WRITER_WAITING] {
-                assert!(ddl.contains(&format!("'{kind}'")), "{kind}");
+        for dialect in [crate::Dialect::Postgres, crate::Dialect::MySql, crate::Dialect::Sqlite] {
+            for ddl in crate::schema(dialect).iter().filter(|s| s.contains("locksmith_holds")) {
+                for kind in [KIND_SHARED, KIND_PERMIT, KIND_WRITER_WAITING] {
+                    assert!(ddl.contains(&format!("'{kind}'")), "{dialect:?}: {kind}");
+                }
             }
         }
         assert!(PG_INSERT_EXCLUSIVE.contains("'writer-waiting'") && PG_ANNOUNCE.contains("'writer-waiting'"));

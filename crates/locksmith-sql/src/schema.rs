@@ -49,7 +49,8 @@ const MYSQL: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS locksmith_holds (\
      name VARCHAR(256) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
      owner VARCHAR(512) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL, \
-     token BIGINT NOT NULL, kind VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL, \
+     token BIGINT NOT NULL, kind VARCHAR(16) CHARACTER SET ascii COLLATE ascii_bin NOT NULL \
+     CHECK (kind IN ('shared', 'permit', 'writer-waiting')), \
      permits INT NULL, expires_at DATETIME(6) NOT NULL, PRIMARY KEY (name, owner)) \
      ENGINE=InnoDB ROW_FORMAT=DYNAMIC",
 ];

@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::{Backend, Error, HolderStatus, LockName, LockStatus, Result, Session};
+use locksmith_core::{Backend, Error, HoldMode, HolderStatus, LockName, LockStatus, Result, Session};
 
 use crate::db::Db;
 use crate::schema::InitReport;
@@ -102,6 +102,13 @@ impl SqlBackend {
     }
 }
 
+/// What a connection-scoped mode offers: the mutex, and read locks on PostgreSQL advisory locks
+/// (a semaphore would need N advisory keys and a fair way to pick one; `GET_LOCK` has no shared
+/// mode; a waiting `FOR UPDATE` does not stop new `FOR SHARE` lockers, so writers could starve).
+pub(crate) fn scoped_supports(mode: Mode, hold: HoldMode) -> bool {
+    matches!((mode, hold), (_, HoldMode::Exclusive) | (Mode::Advisory, HoldMode::Shared))
+}
+
 #[async_trait]
 impl Backend for SqlBackend {
     fn describe(&self) -> String {
@@ -125,8 +132,20 @@ impl Backend for SqlBackend {
         }
     }
 
+    /// Read locks and semaphores in the lease mode, on every database; read locks also in
+    /// PostgreSQL's advisory mode (`pg_advisory_lock_shared`). `GET_LOCK` and row locks: only
+    /// the mutex (see the [crate docs](crate)).
+    fn supports(&self, mode: HoldMode) -> bool {
+        match self.db.mode() {
+            Mode::Lease => matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_)),
+            scoped => scoped_supports(scoped, mode),
+        }
+    }
+
     /// One lock, or every lock that was ever granted (`name == None`, from the counter table),
-    /// with its live holder (by the database clock) and last token. Waiters are not known.
+    /// with its live holders (by the database clock): the exclusive holder, or every reader or
+    /// permit holder (with the semaphore's number of permits), and the last token. Waiters are
+    /// not known (waiting writers' announcements are not holds and are not shown).
     ///
     /// # Cancel safety
     /// Cancel safe: read only.
@@ -137,13 +156,20 @@ impl Backend for SqlBackend {
             let last = u64::try_from(r.last_token).map_err(|_| {
                 Error::Protocol(format!("{}: negative fencing counter for {:?}", self.db.dialect().label(), r.name))
             })?;
-            let holder = r.holder.map(|(column, token, left_ms)| {
-                let (session, owner) = split_column(&column);
-                let ttl_left = Duration::from_millis(u64::try_from(left_ms).unwrap_or(0));
-                HolderStatus::new(session, owner, u64::try_from(token).unwrap_or(0), ttl_left)
-            });
+            let holders = r
+                .holders
+                .into_iter()
+                .map(|h| {
+                    let (session, owner) = split_column(&h.column);
+                    let ttl_left = Duration::from_millis(u64::try_from(h.left_ms).unwrap_or(0));
+                    HolderStatus::new(session, owner, u64::try_from(h.token).unwrap_or(0), ttl_left)
+                        .with_mode(h.mode, None)
+                })
+                .collect();
             // Waiters poll (or queue in the database's lock manager): none is visible here.
-            out.push(LockStatus::new(r.name, holder, 0, last).waiters_unknown());
+            out.push(
+                LockStatus::new(r.name, None, 0, last).with_holders(holders).with_permits(r.permits).waiters_unknown(),
+            );
         }
         if out.is_empty() {
             if let Some(name) = name {

@@ -37,8 +37,9 @@ pub(crate) async fn retire(db: &Db, mut c: Dedicated) {
     let reset = db
         .on(async {
             match &mut c {
-                // Back to the connection's defaults: no idle timeouts, no lock_timeout.
-                Dedicated::Postgres(p) => p.execute("RESET ALL").await.map(drop),
+                // Back to the connection's defaults: no idle timeouts, no lock_timeout, and no
+                // advisory lock left behind (a writer's announcement whose give-back failed).
+                Dedicated::Postgres(p) => p.execute("SELECT pg_advisory_unlock_all(); RESET ALL").await.map(drop),
                 Dedicated::MySql(m) => m.execute("SET SESSION wait_timeout = DEFAULT").await.map(drop),
             }
         })

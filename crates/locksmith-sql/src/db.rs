@@ -9,7 +9,6 @@ use locksmith_core::{Error, Result};
 use sqlx::mysql::{MySqlPool, MySqlPoolOptions};
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqlitePool, SqlitePoolOptions};
-use sqlx::Row;
 
 use crate::notify::{Registration, Wakeups};
 use crate::schema;
@@ -95,24 +94,6 @@ fn is_tls_failure(io: &std::io::Error) -> bool {
     ["invalid peer certificate", "received fatal alert", "peer is incompatible", "peer misbehaved", "certificate"]
         .iter()
         .any(|needle| text.contains(needle))
-}
-
-/// The outcome of one acquire transaction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    /// The row is ours, with this token.
-    Granted(u64),
-    /// Held by someone else, whose lease has this long left (if the row was seen).
-    Busy(Option<Duration>),
-}
-
-/// A live row as `status` reports it.
-#[derive(Debug, Clone)]
-pub(crate) struct Row0 {
-    pub(crate) name: String,
-    pub(crate) last_token: i64,
-    /// `(owner column, token, ms left)` of a live (unexpired) holder.
-    pub(crate) holder: Option<(String, i64, i64)>,
 }
 
 /// A connection outside the pool: a session-scoped lock lives exactly as long as it.
@@ -309,12 +290,20 @@ impl Db {
                 }
                 let needed = schema::tables_of(self.mode());
                 let missing = self.timed(move || schema::missing(pool, needed)).await?;
+                // Only locksmith_holds missing: a schema from before read locks and semaphores.
+                let upgrade = match missing.as_slice() {
+                    [schema::HOLDS_TABLE] => {
+                        " (locksmith_holds is new: read locks and semaphores; the other tables and their \
+                         rows stay as they are)"
+                    }
+                    _ => "",
+                };
                 match missing.is_empty() {
                     true => Ok(()),
                     false => Err(Error::Backend(format!(
                         "{db}: missing table{s} {list}, and the URL says schema=external (the driver runs \
                          no DDL): create the tables with `locksmith sql init <url>`, or apply the DDL of \
-                         `locksmith sql schema --db {db}` with your migration tool",
+                         `locksmith sql schema --db {db}` with your migration tool{upgrade}",
                         s = if missing.len() > 1 { "s" } else { "" },
                         list = missing.join(", "),
                         db = self.dialect().label(),
@@ -441,151 +430,6 @@ impl Db {
         })
         .await
     }
-
-    /// One acquire transaction: bump the fencing counter, delete an expired row, insert ours.
-    /// A busy lock rolls everything back, the counter included.
-    pub(crate) async fn try_acquire(&self, name: &str, owner: &str, ttl_ms: i64) -> Result<Attempt> {
-        let pool = self.pool().await?;
-        let (token, attempt) = self.timed(move || acquire_txn(pool, name, owner, ttl_ms)).await?;
-        match attempt {
-            Attempt::Granted(_) => u64::try_from(token).map(Attempt::Granted).map_err(|_| {
-                Error::Protocol(format!(
-                    "{}: fencing counter of {name:?} is negative ({token})",
-                    self.dialect().label()
-                ))
-            }),
-            busy => Ok(busy),
-        }
-    }
-
-    /// Owner-checked release. True: the row was ours and is gone.
-    pub(crate) async fn release(&self, name: &str, owner: &str, token: u64) -> Result<bool> {
-        let pool = self.pool().await?;
-        let token = i64::try_from(token).unwrap_or(i64::MAX);
-        let n = self
-            .timed(move || async move {
-                match pool {
-                    Pool::Postgres(p) => sqlx::query(
-                        "WITH d AS (DELETE FROM locksmith_locks WHERE name = $1 AND owner = $2 AND token = $3 \
-                         RETURNING name) SELECT pg_notify('locksmith', name) FROM d",
-                    )
-                    .bind(name)
-                    .bind(owner)
-                    .bind(token)
-                    .fetch_all(p)
-                    .await
-                    .map(|r| r.len() as u64),
-                    Pool::MySql(p) => {
-                        sqlx::query("DELETE FROM locksmith_locks WHERE name = ? AND owner = ? AND token = ?")
-                            .bind(name)
-                            .bind(owner)
-                            .bind(token)
-                            .execute(p)
-                            .await
-                            .map(|r| r.rows_affected())
-                    }
-                    Pool::Sqlite(p) => {
-                        sqlx::query("DELETE FROM locksmith_locks WHERE name = ?1 AND owner = ?2 AND token = ?3")
-                            .bind(name)
-                            .bind(owner)
-                            .bind(token)
-                            .execute(p)
-                            .await
-                            .map(|r| r.rows_affected())
-                    }
-                }
-            })
-            .await?;
-        Ok(n > 0)
-    }
-
-    /// Deletes the row of `owner` whatever its token (cleanup of an attempt whose outcome was
-    /// never seen; owner columns are unique per attempt).
-    pub(crate) async fn delete_owner(&self, name: &str, owner: &str) -> Result<bool> {
-        let pool = self.pool().await?;
-        let n = self
-            .timed(move || async move {
-                match pool {
-                    Pool::Postgres(p) => sqlx::query(
-                        "WITH d AS (DELETE FROM locksmith_locks WHERE name = $1 AND owner = $2 RETURNING name) \
-                         SELECT pg_notify('locksmith', name) FROM d",
-                    )
-                    .bind(name)
-                    .bind(owner)
-                    .fetch_all(p)
-                    .await
-                    .map(|r| r.len() as u64),
-                    Pool::MySql(p) => sqlx::query("DELETE FROM locksmith_locks WHERE name = ? AND owner = ?")
-                        .bind(name)
-                        .bind(owner)
-                        .execute(p)
-                        .await
-                        .map(|r| r.rows_affected()),
-                    Pool::Sqlite(p) => sqlx::query("DELETE FROM locksmith_locks WHERE name = ?1 AND owner = ?2")
-                        .bind(name)
-                        .bind(owner)
-                        .execute(p)
-                        .await
-                        .map(|r| r.rows_affected()),
-                }
-            })
-            .await?;
-        Ok(n > 0)
-    }
-
-    /// Every lock that ever had a token (`name == None`) or one lock, with its live holder.
-    pub(crate) async fn status(&self, name: Option<&str>) -> Result<Vec<Row0>> {
-        let pool = self.pool().await?;
-        // `name IS NULL` selects all: one statement for both cases.
-        let rows = self
-            .timed(move || async move {
-                match pool {
-                    Pool::Postgres(p) => {
-                        let rows = sqlx::query(
-                            "SELECT f.name, f.token, l.owner, l.token AS held, \
-                             (EXTRACT(EPOCH FROM (l.expires_at - clock_timestamp())) * 1000)::bigint AS left_ms \
-                             FROM locksmith_fence f LEFT JOIN locksmith_locks l \
-                             ON l.name = f.name AND l.expires_at >= clock_timestamp() \
-                             WHERE $1::text IS NULL OR f.name = $1 ORDER BY f.name",
-                        )
-                        .bind(name)
-                        .fetch_all(p)
-                        .await?;
-                        rows.iter().map(decode).collect::<Result<Vec<_>, sqlx::Error>>()
-                    }
-                    Pool::MySql(p) => {
-                        let rows = sqlx::query(
-                            "SELECT f.name, f.token, l.owner, l.token AS held, \
-                             CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), l.expires_at) DIV 1000 AS SIGNED) AS left_ms \
-                             FROM locksmith_fence f LEFT JOIN locksmith_locks l \
-                             ON l.name = f.name AND l.expires_at >= NOW(6) \
-                             WHERE ? IS NULL OR f.name = ? ORDER BY f.name",
-                        )
-                        .bind(name)
-                        .bind(name)
-                        .fetch_all(p)
-                        .await?;
-                        rows.iter().map(decode).collect::<Result<Vec<_>, sqlx::Error>>()
-                    }
-                    Pool::Sqlite(p) => {
-                        let rows = sqlx::query(concat!(
-                            "SELECT f.name, f.token, l.owner, l.token AS held, l.expires_at - ",
-                            sqlite_now_ms!(),
-                            " AS left_ms FROM locksmith_fence f LEFT JOIN locksmith_locks l \
-                             ON l.name = f.name AND l.expires_at >= ",
-                            sqlite_now_ms!(),
-                            " WHERE ?1 IS NULL OR f.name = ?1 ORDER BY f.name"
-                        ))
-                        .bind(name)
-                        .fetch_all(p)
-                        .await?;
-                        rows.iter().map(decode).collect::<Result<Vec<_>, sqlx::Error>>()
-                    }
-                }
-            })
-            .await?;
-        Ok(rows)
-    }
 }
 
 /// Worth retrying at once: deadlock, serialization failure, SQLite busy/locked without wait.
@@ -593,150 +437,5 @@ fn retryable(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(d) => matches!(d.code().as_deref(), Some("40001" | "40P01" | "5" | "6" | "517" | "262")),
         _ => false,
-    }
-}
-
-fn decode<R: Row>(r: &R) -> Result<Row0, sqlx::Error>
-where
-    usize: sqlx::ColumnIndex<R>,
-    for<'a> String: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-    for<'a> i64: sqlx::Decode<'a, R::Database> + sqlx::Type<R::Database>,
-{
-    let name: String = r.try_get(0)?;
-    let last_token: i64 = r.try_get(1)?;
-    let owner: Option<String> = r.try_get(2)?;
-    let held: Option<i64> = r.try_get(3)?;
-    let left: Option<i64> = r.try_get(4)?;
-    let holder = match (owner, held) {
-        (Some(o), Some(t)) => Some((o, t, left.unwrap_or(0).max(0))),
-        _ => None,
-    };
-    Ok(Row0 { name, last_token, holder })
-}
-
-/// The acquire transaction. Returns the bumped counter and the outcome; a busy outcome was
-/// rolled back (so was the bump).
-async fn acquire_txn(pool: &Pool, name: &str, owner: &str, ttl_ms: i64) -> Result<(i64, Attempt), sqlx::Error> {
-    match pool {
-        Pool::Postgres(p) => {
-            let mut tx = p.begin().await?;
-            // The counter row lock serializes acquirers of this name until commit/rollback.
-            let token: i64 = sqlx::query_scalar(BUMP_FENCE_POSTGRES).bind(name).fetch_one(&mut *tx).await?;
-            sqlx::query("DELETE FROM locksmith_locks WHERE name = $1 AND expires_at < clock_timestamp()")
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-            let inserted = sqlx::query(concat!(
-                "INSERT INTO locksmith_locks (name, owner, token, expires_at) VALUES ($1, $2, $3, ",
-                pg_in_ms!("4"),
-                ") ON CONFLICT (name) DO NOTHING"
-            ))
-            .bind(name)
-            .bind(owner)
-            .bind(token)
-            .bind(ttl_ms)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if inserted == 1 {
-                tx.commit().await?;
-                return Ok((token, Attempt::Granted(0)));
-            }
-            let left: Option<i64> = sqlx::query_scalar(
-                "SELECT (EXTRACT(EPOCH FROM (expires_at - clock_timestamp())) * 1000)::bigint \
-                 FROM locksmith_locks WHERE name = $1",
-            )
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-            tx.rollback().await?;
-            Ok((token, Attempt::Busy(left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis))))
-        }
-        Pool::MySql(p) => {
-            let mut tx = p.begin().await?;
-            sqlx::query(
-                "INSERT INTO locksmith_fence (name, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token + 1",
-            )
-            .bind(name)
-            .execute(&mut *tx)
-            .await?;
-            let token: i64 = sqlx::query_scalar("SELECT token FROM locksmith_fence WHERE name = ? FOR UPDATE")
-                .bind(name)
-                .fetch_one(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM locksmith_locks WHERE name = ? AND expires_at < NOW(6)")
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-            let inserted = sqlx::query(
-                "INSERT INTO locksmith_locks (name, owner, token, expires_at) \
-                 VALUES (?, ?, ?, NOW(6) + INTERVAL ? MICROSECOND)",
-            )
-            .bind(name)
-            .bind(owner)
-            .bind(token)
-            .bind(ttl_ms.saturating_mul(1000))
-            .execute(&mut *tx)
-            .await;
-            match inserted {
-                Ok(_) => {
-                    tx.commit().await?;
-                    Ok((token, Attempt::Granted(0)))
-                }
-                Err(sqlx::Error::Database(d)) if d.is_unique_violation() => {
-                    let left: Option<i64> = sqlx::query_scalar(
-                        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, NOW(6), expires_at) DIV 1000 AS SIGNED) \
-                         FROM locksmith_locks WHERE name = ?",
-                    )
-                    .bind(name)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    tx.rollback().await?;
-                    Ok((token, Attempt::Busy(left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis))))
-                }
-                Err(e) => Err(e),
-            }
-        }
-        Pool::Sqlite(p) => {
-            // IMMEDIATE: take the write lock up front, so two processes never deadlock upgrading.
-            let mut tx = p.begin_with("BEGIN IMMEDIATE").await?;
-            let token: i64 = sqlx::query_scalar(
-                "INSERT INTO locksmith_fence (name, token) VALUES (?1, 1) \
-                 ON CONFLICT (name) DO UPDATE SET token = token + 1 RETURNING token",
-            )
-            .bind(name)
-            .fetch_one(&mut *tx)
-            .await?;
-            sqlx::query(concat!("DELETE FROM locksmith_locks WHERE name = ?1 AND expires_at < ", sqlite_now_ms!()))
-                .bind(name)
-                .execute(&mut *tx)
-                .await?;
-            let inserted = sqlx::query(concat!(
-                "INSERT INTO locksmith_locks (name, owner, token, expires_at) VALUES (?1, ?2, ?3, ",
-                sqlite_now_ms!(),
-                " + ?4) ON CONFLICT (name) DO NOTHING"
-            ))
-            .bind(name)
-            .bind(owner)
-            .bind(token)
-            .bind(ttl_ms)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            if inserted == 1 {
-                tx.commit().await?;
-                return Ok((token, Attempt::Granted(0)));
-            }
-            let left: Option<i64> = sqlx::query_scalar(concat!(
-                "SELECT expires_at - ",
-                sqlite_now_ms!(),
-                " FROM locksmith_locks WHERE name = ?1"
-            ))
-            .bind(name)
-            .fetch_optional(&mut *tx)
-            .await?;
-            tx.rollback().await?;
-            Ok((token, Attempt::Busy(left.and_then(|ms| u64::try_from(ms).ok()).map(Duration::from_millis))))
-        }
     }
 }

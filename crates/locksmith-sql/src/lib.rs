@@ -15,11 +15,15 @@
 //! `mysql: …`, `sqlite: …`).
 //!
 //! ## Schema
-//! Three tables (two on SQLite), created on first use with `CREATE TABLE IF NOT EXISTS`:
+//! Four tables (three on SQLite), created on first use with `CREATE TABLE IF NOT EXISTS`:
 //!
 //! ```sql
-//! -- lease mode: one row per held lock; a row whose expires_at has passed is free to take over
+//! -- lease mode: one row per exclusive hold (the mutex, a read/write lock's writer); a row whose
+//! -- expires_at has passed is free to take over
 //! CREATE TABLE locksmith_locks (name PRIMARY KEY, owner, token, expires_at);
+//! -- lease mode beyond the mutex: one row per read hold, per semaphore permit, and per waiting
+//! -- writer's announcement, each with its own lease
+//! CREATE TABLE locksmith_holds (name, owner, token, kind, permits, expires_at, PRIMARY KEY (name, owner));
 //! -- every mode: the fencing counter per lock, never deleted, only incremented
 //! CREATE TABLE locksmith_fence (name PRIMARY KEY, token);
 //! -- row-lock mode (PostgreSQL, MySQL/MariaDB): one row per lock name, locked FOR UPDATE
@@ -32,6 +36,23 @@
 //! (for users without `CREATE` rights, or teams whose migrations own the schema): it checks
 //! once that its tables exist and otherwise fails with an error naming `locksmith sql init`.
 //!
+//! ### Upgrading a database from before read locks and semaphores
+//! The upgrade adds one table, `locksmith_holds`; `locksmith_locks`, `locksmith_fence` and
+//! `locksmith_rows` and their rows are not touched (a lock held during the upgrade stays held,
+//! and fencing counters continue).
+//! - `?schema=auto` (the default): nothing to do; the first use creates the table.
+//! - `?schema=external`: create it before deploying this version, with `locksmith sql init URL`
+//!   (run as a user that may `CREATE`; idempotent, prints `created locksmith_holds`) or with the
+//!   `locksmith_holds` statement of `locksmith sql schema --db …` in your migration tool. Until
+//!   then the lease mode refuses to start with an error naming the table and `locksmith sql
+//!   init`: a writer that could not see readers would not be safe.
+//!
+//! Clients of the previous version keep working on an upgraded database, for the mutex: their
+//! rows are in `locksmith_locks` as before, and this version's readers, writers and permits
+//! respect them. They do not know `locksmith_holds`, so they would not see readers or permits:
+//! use read locks and semaphores on a name only once every client of that name runs this
+//! version.
+//!
 //! ## Lease-table mode (the default, `?mode=lease`, every database)
 //!
 //! | | `name` | `owner` | `token` | `expires_at` | clock |
@@ -41,6 +62,8 @@
 //! | SQLite | `TEXT` | `TEXT` | `INTEGER` | `INTEGER`, ms since the epoch | `julianday('now')` (ms precision) |
 //!
 //! `owner` is `<session id>:<attempt nonce>:<owner id>`, unique per acquisition.
+//! `locksmith_holds` has the same columns plus `kind` (`shared`, `permit` or `writer-waiting`)
+//! and `permits` (a permit's semaphore size, else `NULL`); its key is `(name, owner)`.
 //!
 //! - **Acquire** is one short transaction: bump the counter (`INSERT … ON CONFLICT/ON DUPLICATE
 //!   KEY UPDATE token = token + 1`), delete the lock's row if it expired by the database
@@ -50,21 +73,65 @@
 //!   The counter's row lock serializes acquirers of one lock for the few statements of the
 //!   transaction. SQLite uses `BEGIN IMMEDIATE` (WAL journal, 5 s busy timeout), so several
 //!   processes can share one file. Deadlocks and serialization failures are retried.
-//! - **Renew**: one statement per keep-alive for every hold of the session:
+//! - **Renew**: one statement per keep-alive for every hold of the session (one more when it
+//!   also has read holds or permits, for `locksmith_holds`):
 //!   `UPDATE … SET expires_at = now + ttl WHERE (name, owner, token) IN (…)` (PostgreSQL joins
 //!   `unnest` arrays and SQLite uses `RETURNING`; MySQL/MariaDB update and read back in one
 //!   short transaction). A hold missing from the answer is gone (the engine fires `lost()`).
 //! - **Release**: `DELETE … WHERE name = ? AND owner = ? AND token = ?`; rows affected tell
 //!   whether it was ours. A retried release deletes nothing and answers `false`.
 //! - **Waiting** polls with a jittered exponential backoff (5 ms doubling to 200 ms, ±20 %)
-//!   capped by the holder's remaining lease as the database computes it, so a waiter tries
-//!   again right after an expiry. Not FIFO; `status` reports no waiters.
+//!   capped by the first remaining lease in the way as the database computes it, so a waiter
+//!   tries again right after an expiry. Not FIFO; `status` reports no waiters.
 //! - **Cancel safety**: an acquisition dropped (or failing) while its transaction may have
 //!   committed spawns an owner-checked `DELETE` of exactly that attempt's row.
 //! - **Sessions**: no server-side session; a session is an id plus the holds it renews.
 //!   Lock-delay is not supported.
 //!
+//! ### Read/write locks and semaphores (`LockOptions::shared()`, `LockOptions::permits(n)`)
+//! Same lease, renewal, release, cancel safety and clock as the mutex; the acquire transaction
+//! is the mutex's with another insert, and every kind bumps the same counter first, so the
+//! counter's row lock serializes all acquirers of a name and **every grant of every kind takes
+//! the next token**. What may go together (the native server's rules):
+//! - an exclusive hold (a mutex, a writer) is a row of `locksmith_locks`, inserted only if no
+//!   read hold or permit of the name is live; a read hold is a `shared` row of
+//!   `locksmith_holds`, inserted only if no exclusive hold is live and no writer waits (below);
+//! - a permit of a semaphore of N is a `permit` row carrying N, inserted only while fewer than N
+//!   permits are live and all of them carry the same N. **N is stored with the permits**, so it
+//!   is agreed while any permit is live: another N is refused with
+//!   [`Error::InvalidArgument`](locksmith_core::Error::InvalidArgument) naming both numbers, as is
+//!   a lock (read or write) on a semaphore's name or a permit of a name in use as a lock. Once
+//!   no permit is live the name is free for anything (another N too).
+//! - A row whose lease ended by the database clock counts for nothing; the next acquisition of
+//!   the name deletes the expired rows of the table it inserts into.
+//!
+//! **Writer preference** (not FIFO: waiters poll, and nothing orders them). A writer that finds
+//! readers in its way announces itself with a `writer-waiting` row (token 0; not a hold, not in
+//! `status`) with its own lease of 2 s by the database clock, refreshed at each retry (at least
+//! every 500 ms) and deleted in the transaction that grants the writer, or at once when it gives
+//! up (a timeout, a dropped future: the same background cleanup as an unfinished attempt). New
+//! readers wait while any announcement is live; readers already in finish, and the writer gets
+//! in when the last leaves — so a stream of readers cannot starve a writer. Writers do not
+//! wait for each other's announcements; a writer that crashed while waiting keeps new readers
+//! out for at most 2 s. The flip side of writer preference: readers can wait as long as writers
+//! keep coming; and a reader that asks for a second read hold of a name while a writer waits
+//! waits behind that writer, which waits for the first read hold (no upgrade, no reentrancy by
+//! kind: as on the native server, such a client needs a timeout).
+//!
+//! **PostgreSQL wake-ups**: each release notifies as before; in each process one waiter of the
+//! name wakes, and a reader or permit holder that gets in wakes the next (one release may admit
+//! several).
+//!
+//! **Cost**: the mutex's acquisition is the same statements as before (three in its transaction;
+//! four on MySQL/MariaDB, which reads the bumped counter back); its insert also checks that
+//! `locksmith_holds` has no live reader or permit of the name (one index probe), and a busy
+//! attempt reads what is in its way in one more statement, as before. Readers and permits cost the same;
+//! a writer waiting behind readers adds one autocommit statement per retry (its announcement).
+//! `status` reads the two tables in two statements.
+//!
 //! ## Row-lock mode (`?mode=row_lock` on PostgreSQL and MySQL/MariaDB)
+//! The mutex only (read locks and semaphores need the lease mode): a row lock is exclusive.
+//!
 //! The lock is `SELECT name FROM locksmith_rows WHERE name = ? FOR UPDATE`, held in a
 //! transaction left open on a dedicated connection for the life of the guard. The lock's row is
 //! inserted idempotently and committed before the first lock (MySQL looks first with a plain
@@ -124,6 +191,22 @@
 //! clients of one lock must use one mode. Advisory-lock keys are 64-bit hashes: two names that
 //! collide share a lock (over-exclusion). `status` reports the last token but no holder.
 //!
+//! **Read/write locks in advisory mode** (`LockOptions::shared()` with `?mode=advisory`): a reader
+//! holds `pg_advisory_lock_shared` on the name's key, a writer `pg_advisory_lock` as the mutex
+//! does; each grant bumps `locksmith_fence` as above, so every grant takes the next token.
+//! Writer preference, as in the lease mode: a writer that has to wait also holds a second key
+//! of the name (`hashtextextended(name, 1)`) in shared mode on its connection — its
+//! announcement — and a reader gets in only if it can take that key exclusively (and gives it
+//! back at once, in the same statement as its try), so new readers stay out while a writer
+//! waits. The announcement ends with the writer's grant, or with its connection when it gives
+//! up (a dropped or timed-out acquisition closes it; a paused one is ended by the idle timeout).
+//! Waiting never blocks in the server (both sides poll), so a dropped acquisition leaves
+//! nothing queued. The announcement key is another 64-bit hash: a collision with another name's
+//! key only over-excludes. Not offered elsewhere: a semaphore on advisory locks would need N keys and a
+//! fair way to pick a free one; `GET_LOCK` has no shared mode; and in row-lock mode a queued
+//! `FOR UPDATE` does not stop new `FOR SHARE` lockers, so writers could starve. These are
+//! refused with [`Error::Unsupported`](locksmith_core::Error::Unsupported) — use the lease mode.
+//!
 //! ## TLS and authentication
 //! TLS is the database driver's own (sqlx on rustls with the ring provider; Mozilla's root set,
 //! compiled in, unless a CA file is named — loading the system store cost tens of milliseconds
@@ -170,6 +253,7 @@ mod backend;
 mod conn;
 #[macro_use]
 mod db;
+mod lease;
 mod notify;
 mod options;
 mod renew;
@@ -181,7 +265,7 @@ mod url;
 
 pub use backend::SqlBackend;
 pub use options::{ConnectOptions, SqlSettings};
-pub use schema::{schema, InitReport, FENCE_TABLE, LOCKS_TABLE, ROWS_TABLE};
+pub use schema::{schema, InitReport, FENCE_TABLE, HOLDS_TABLE, LOCKS_TABLE, ROWS_TABLE};
 pub use url::{Dialect, Mode};
 
 /// The sqlx this crate is built with, for [`SqlBackend::from_options`]' connect options.

@@ -110,6 +110,13 @@ impl Registration {
     pub(crate) async fn notified(&self) {
         self.notify.notified().await;
     }
+
+    /// Wakes the next local waiter of the lock. A notification wakes one waiter per process;
+    /// a reader or permit holder that got in passes it on, since a release may admit several
+    /// of them (the next one tries, and passes it on only if it gets in too).
+    pub(crate) fn pass_on(&self) {
+        self.notify.notify_one();
+    }
 }
 
 impl Drop for Registration {

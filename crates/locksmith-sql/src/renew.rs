@@ -1,12 +1,14 @@
-//! Lease-mode keep-alive: every hold of a session renewed in one statement (one short
+//! Lease-mode keep-alive: every hold of a session renewed in one statement per table (one short
 //! transaction on MySQL/MariaDB), owner-checked row by row, with `expires_at = now + ttl` by the
-//! database clock.
+//! database clock. A session with only exclusive holds (the mutex) sends one statement, as
+//! before; read holds and permits (`locksmith_holds`) add one.
 
 use std::collections::HashSet;
 
 use locksmith_core::Result;
 
 use crate::db::{Db, Pool};
+use crate::lease::{on_table, Table};
 
 /// Holds per statement: far below every database's placeholder limit (MySQL 65,535, SQLite
 /// 32,766) at three placeholders a hold.
@@ -15,16 +17,22 @@ const BATCH: usize = 1000;
 /// One hold to renew: `(name, owner column, token)`.
 pub(crate) type Hold = (String, String, i64);
 
+/// Each hold with the table its row is in.
+pub(crate) type Placed = (Table, Hold);
+
 impl Db {
     /// Renews `holds` (exact `(name, owner, token)` matches only, so a row left by an attempt
     /// whose cleanup failed is never kept alive). Returns the `(name, owner)` pairs renewed;
     /// a hold missing from the answer is gone or taken over.
-    pub(crate) async fn renew_all(&self, holds: &[Hold], ttl_ms: i64) -> Result<HashSet<(String, String)>> {
+    pub(crate) async fn renew_all(&self, holds: &[Placed], ttl_ms: i64) -> Result<HashSet<(String, String)>> {
         let pool = self.pool().await?;
         let mut renewed = HashSet::new();
-        for chunk in holds.chunks(BATCH) {
-            let rows = self.timed(move || renew_chunk(pool, chunk, ttl_ms)).await?;
-            renewed.extend(rows);
+        for table in [Table::Locks, Table::Holds] {
+            let of_table: Vec<Hold> = holds.iter().filter(|(t, _)| *t == table).map(|(_, h)| h.clone()).collect();
+            for chunk in of_table.chunks(BATCH) {
+                let rows = self.timed(move || renew_chunk(pool, table, chunk, ttl_ms)).await?;
+                renewed.extend(rows);
+            }
         }
         Ok(renewed)
     }
@@ -35,13 +43,23 @@ fn tuples(n: usize) -> String {
     vec!["(?, ?, ?)"; n].join(", ")
 }
 
-async fn renew_chunk(pool: &Pool, holds: &[Hold], ttl_ms: i64) -> Result<Vec<(String, String)>, sqlx::Error> {
+async fn renew_chunk(
+    pool: &Pool,
+    table: Table,
+    holds: &[Hold],
+    ttl_ms: i64,
+) -> Result<Vec<(String, String)>, sqlx::Error> {
+    let name = match table {
+        Table::Locks => crate::schema::LOCKS_TABLE,
+        Table::Holds => crate::schema::HOLDS_TABLE,
+    };
     match pool {
         Pool::Postgres(p) => {
             // Arrays keep the statement text fixed (one prepared statement for any batch).
             let (names, owners, tokens) = columns(holds);
-            sqlx::query_as::<_, (String, String)>(concat!(
-                "UPDATE locksmith_locks l SET expires_at = ",
+            sqlx::query_as::<_, (String, String)>(on_table!(table,
+                "UPDATE ";
+                " l SET expires_at = ",
                 pg_in_ms!("4"),
                 " FROM unnest($1::text[], $2::text[], $3::bigint[]) AS h(name, owner, token) \
                  WHERE l.name = h.name AND l.owner = h.owner AND l.token = h.token RETURNING l.name, l.owner"
@@ -58,10 +76,10 @@ async fn renew_chunk(pool: &Pool, holds: &[Hold], ttl_ms: i64) -> Result<Vec<(St
             // transaction so the answer describes exactly the rows the update touched.
             let set = tuples(holds.len());
             let update = format!(
-                "UPDATE locksmith_locks SET expires_at = NOW(6) + INTERVAL ? MICROSECOND \
+                "UPDATE {name} SET expires_at = NOW(6) + INTERVAL ? MICROSECOND \
                  WHERE (name, owner, token) IN ({set})"
             );
-            let select = format!("SELECT name, owner FROM locksmith_locks WHERE (name, owner, token) IN ({set})");
+            let select = format!("SELECT name, owner FROM {name} WHERE (name, owner, token) IN ({set})");
             let mut tx = p.begin().await?;
             let mut q = sqlx::query(sqlx::AssertSqlSafe(update)).bind(ttl_ms.saturating_mul(1000));
             for (n, o, t) in holds {
@@ -79,10 +97,11 @@ async fn renew_chunk(pool: &Pool, holds: &[Hold], ttl_ms: i64) -> Result<Vec<(St
         Pool::Sqlite(p) => {
             let update = format!(
                 concat!(
-                    "UPDATE locksmith_locks SET expires_at = ",
+                    "UPDATE {} SET expires_at = ",
                     sqlite_now_ms!(),
                     " + ? WHERE (name, owner, token) IN (VALUES {}) RETURNING name, owner"
                 ),
+                name,
                 tuples(holds.len())
             );
             let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(update)).bind(ttl_ms);

@@ -1,4 +1,5 @@
-//! Connection-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`), MySQL/MariaDB
+//! Connection-scoped modes: PostgreSQL `pg_advisory_lock` (`?mode=advisory`, with read locks on
+//! `pg_advisory_lock_shared`), MySQL/MariaDB
 //! `GET_LOCK` (`?mode=get_lock`) and row locks on both (`?mode=row_lock`, statements in
 //! [`crate::rowlock`]). Each hold owns a dedicated connection; the database frees the lock when
 //! that connection ends: at once for a crashed holder, and after the TTL for a paused or
@@ -14,7 +15,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::HoldTable;
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, HoldMode, KeepAlive, LockName, Result, Session};
 use tokio::sync::Mutex as AsyncMutex;
 
 use crate::conn;
@@ -27,6 +28,14 @@ use crate::url::Mode;
 macro_rules! pg_key {
     () => {
         "hashtextextended($1, 0)"
+    };
+}
+/// The key of a name's writer announcement (advisory mode's read/write locks): another hash of
+/// the name. A waiting writer holds it in shared mode; a reader that cannot take it exclusively
+/// (at once given back) knows a writer waits.
+macro_rules! pg_announce_key {
+    () => {
+        "hashtextextended($1, 1)"
     };
 }
 /// `GET_LOCK` names are at most 64 characters: longer names are hashed (SHA-256, 64 hex).
@@ -44,8 +53,8 @@ pub(crate) struct ScopedSession {
     id: String,
     /// The session's lease: a holding connection idle this long is ended by the server.
     ttl: Duration,
-    /// Each hold's dedicated connection.
-    holds: HoldTable<Conn>,
+    /// Each hold's dedicated connection and kind (advisory mode: exclusive or shared).
+    holds: HoldTable<(Conn, HoldMode)>,
     closed: AtomicBool,
 }
 
@@ -55,11 +64,28 @@ impl ScopedSession {
         Self { db, id, ttl, holds: HoldTable::default(), closed: AtomicBool::new(false) }
     }
 
-    /// Tries the lock once on `conn` (never blocks in the server).
-    async fn try_lock(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+    /// Tries the lock once on `conn` (never blocks in the server). A reader (advisory mode) gets
+    /// in only if no writer has announced itself: it takes the announcement key exclusively and
+    /// gives it back at once, then takes the lock shared — one statement (`CASE` evaluates in
+    /// order).
+    async fn try_lock(&self, conn: &mut Dedicated, name: &str, mode: HoldMode) -> Result<bool> {
         self.db
             .on(async {
                 match conn {
+                    Dedicated::Postgres(c) if mode == HoldMode::Shared => {
+                        sqlx::query_scalar::<_, bool>(concat!(
+                            "SELECT CASE WHEN NOT pg_try_advisory_lock(",
+                            pg_announce_key!(),
+                            ") THEN false WHEN NOT pg_advisory_unlock(",
+                            pg_announce_key!(),
+                            ") THEN false ELSE pg_try_advisory_lock_shared(",
+                            pg_key!(),
+                            ") END"
+                        ))
+                        .bind(name)
+                        .fetch_one(c)
+                        .await
+                    }
                     Dedicated::Postgres(c) => {
                         sqlx::query_scalar::<_, bool>(concat!("SELECT pg_try_advisory_lock(", pg_key!(), ")"))
                             .bind(name)
@@ -127,13 +153,19 @@ impl ScopedSession {
             .await
     }
 
-    async fn unlock(&self, conn: &mut Dedicated, name: &str) -> Result<bool> {
+    async fn unlock(&self, conn: &mut Dedicated, name: &str, mode: HoldMode) -> Result<bool> {
         if self.db.mode() == Mode::RowLock {
             return rowlock::rollback(&self.db, conn).await;
         }
         self.db
             .on(async {
                 match conn {
+                    Dedicated::Postgres(c) if mode == HoldMode::Shared => {
+                        sqlx::query_scalar::<_, bool>(concat!("SELECT pg_advisory_unlock_shared(", pg_key!(), ")"))
+                            .bind(name)
+                            .fetch_one(c)
+                            .await
+                    }
                     Dedicated::Postgres(c) => {
                         sqlx::query_scalar::<_, bool>(concat!("SELECT pg_advisory_unlock(", pg_key!(), ")"))
                             .bind(name)
@@ -156,10 +188,10 @@ impl ScopedSession {
 
     /// Unlocks on the holding connection, then keeps it for reuse if it ended cleanly and no
     /// keep-alive is looking at it; otherwise it is dropped (closed).
-    async fn finish(&self, conn: Conn, name: &str) -> Result<bool> {
+    async fn finish(&self, conn: Conn, mode: HoldMode, name: &str) -> Result<bool> {
         let released = {
             let mut c = conn.lock().await;
-            self.unlock(&mut c, name).await
+            self.unlock(&mut c, name, mode).await
         };
         if matches!(released, Ok(true)) {
             if let Ok(c) = Arc::try_unwrap(conn) {
@@ -172,18 +204,42 @@ impl ScopedSession {
     /// Advisory lock / `GET_LOCK`: tries without blocking in the server, polling with the
     /// jittered backoff while waiting; once granted, bumps the counter on the holding
     /// connection. `None`: busy (only when not waiting).
-    async fn poll_lock(&self, conn: &mut Dedicated, name: &str, wait: bool) -> Result<Option<u64>> {
+    ///
+    /// Advisory mode, writer preference: a writer that has to wait announces itself by holding
+    /// the name's announcement key in shared mode on its connection (several writers may), so new
+    /// readers stay out; it gives the key back once granted, and a writer that gives up drops its
+    /// connection, which ends the announcement with it.
+    async fn poll_lock(&self, conn: &mut Dedicated, name: &str, mode: HoldMode, wait: bool) -> Result<Option<u64>> {
         let mut backoff = Backoff::new();
+        let mut announced = false;
         loop {
-            if self.try_lock(conn, name).await? {
+            if self.try_lock(conn, name, mode).await? {
+                if announced {
+                    self.announce(conn, name, false).await?;
+                }
                 return self.bump(conn, name).await.map(Some);
             }
             if !wait {
                 return Ok(None);
             }
+            if !announced && mode == HoldMode::Exclusive && matches!(conn, Dedicated::Postgres(_)) {
+                // Taken shared, so it fails only while a reader checks it: tried again next time.
+                announced = self.announce(conn, name, true).await?;
+            }
             tokio::time::sleep(backoff.delay(None)).await;
             locksmith_core::metrics::wakeup(self.db.dialect().label());
         }
+    }
+
+    /// Takes (`on`) or gives back a writer's announcement of `name` (PostgreSQL advisory mode);
+    /// whether it was taken / given back.
+    async fn announce(&self, conn: &mut Dedicated, name: &str, on: bool) -> Result<bool> {
+        let Dedicated::Postgres(c) = conn else { return Ok(false) };
+        let sql = match on {
+            true => concat!("SELECT pg_try_advisory_lock_shared(", pg_announce_key!(), ")"),
+            false => concat!("SELECT pg_advisory_unlock_shared(", pg_announce_key!(), ")"),
+        };
+        self.db.on(sqlx::query_scalar::<_, bool>(sql).bind(name).fetch_one(c)).await
     }
 
     /// Row lock: waits in the database's lock queue (in bounded chunks) until `FOR UPDATE`
@@ -243,7 +299,7 @@ impl Session for ScopedSession {
         let mut verdicts = Vec::with_capacity(snapshot.len());
         for h in snapshot {
             let held = {
-                let mut c = h.value.lock().await;
+                let mut c = h.value.0.lock().await;
                 self.still_held(&mut c, h.name.as_str()).await
             };
             // An error on the holding connection is a lost hold: the lock lives and dies with it.
@@ -252,25 +308,37 @@ impl Session for ScopedSession {
         Ok(self.holds.report(verdicts, "the connection holding the lock is gone"))
     }
 
-    /// Opens a dedicated connection and takes the lock on it: `pg_try_advisory_lock` /
+    /// Opens a dedicated connection and takes the lock on it: `pg_try_advisory_lock` (a
+    /// reader: `pg_try_advisory_lock_shared`, unless a writer has announced itself) /
     /// `GET_LOCK(name, 0)` polled with a jittered exponential backoff while waiting, or
     /// `SELECT … FOR UPDATE [NOWAIT]` waiting in the database's lock queue.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped acquisition drops its connection, and the database frees a lock
-    /// taken on it; a row-lock acquisition dropped while queued in the server also has its
-    /// connection killed (from the pool), so it leaves no waiter that would later hold the row.
+    /// taken on it (and a waiting writer's announcement); a row-lock acquisition dropped while
+    /// queued in the server also has its connection killed (from the pool), so it leaves no
+    /// waiter that would later hold the row.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         crate::session::admit(&self.closed, &req)?;
+        // The engine asks `supports` first; this is the backstop.
+        if !crate::backend::scoped_supports(self.db.mode(), req.mode) {
+            return Err(Error::Unsupported(format!(
+                "{}: {} holds need the lease mode (the default) here; ?mode={} holds the database's own lock",
+                self.db.dialect().label(),
+                req.mode,
+                self.db.mode().as_str()
+            )));
+        }
         if let Some(stale) = self.holds.take(&req.name, &req.owner) {
-            let mut c = stale.value.lock().await;
-            let _ = self.unlock(&mut c, req.name.as_str()).await;
+            let (conn, mode) = stale.value;
+            let mut c = conn.lock().await;
+            let _ = self.unlock(&mut c, req.name.as_str(), mode).await;
         }
         let name = req.name.as_str();
         let mut conn = conn::open(&self.db, self.ttl).await?;
         let granted = match self.db.mode() {
             Mode::RowLock => self.lock_row(&mut conn, name, req.wait).await?,
-            _ => self.poll_lock(&mut conn, name, req.wait).await?,
+            _ => self.poll_lock(&mut conn, name, req.mode, req.wait).await?,
         };
         let Some(token) = granted else {
             // Busy: the connection holds nothing (a refused try, a rolled-back NOWAIT).
@@ -280,7 +348,7 @@ impl Session for ScopedSession {
         if self.closed.load(Ordering::SeqCst) {
             return Err(Error::SessionExpired);
         }
-        self.holds.insert(req.name.clone(), req.owner.clone(), token, Arc::new(AsyncMutex::new(conn)));
+        self.holds.insert(req.name.clone(), req.owner.clone(), token, (Arc::new(AsyncMutex::new(conn)), req.mode));
         Ok(Acquired::Granted { token })
     }
 
@@ -289,8 +357,8 @@ impl Session for ScopedSession {
     /// # Cancel safety
     /// Cancel safe: if dropped, the connection is dropped and the database frees the lock.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let Some(conn) = self.holds.take_token(name, owner, token) else { return Ok(false) };
-        self.finish(conn, name.as_str()).await
+        let Some((conn, mode)) = self.holds.take_token(name, owner, token) else { return Ok(false) };
+        self.finish(conn, mode, name.as_str()).await
     }
 
     /// Releases every hold (closing its connection).
@@ -300,7 +368,7 @@ impl Session for ScopedSession {
     async fn close(&self) -> Result<()> {
         self.closed.store(true, Ordering::SeqCst);
         for h in self.holds.drain() {
-            let _ = self.finish(h.value, h.name.as_str()).await;
+            let _ = self.finish(h.value.0, h.value.1, h.name.as_str()).await;
         }
         Ok(())
     }

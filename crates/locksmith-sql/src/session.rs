@@ -1,6 +1,7 @@
 //! A session: SQL has no lease of its own here, so a session is an id plus the holds it renews.
 //! Each lock row carries its own `expires_at`; the engine's keep-alive renews every hold,
-//! owner-checked.
+//! owner-checked. Exclusive holds are rows of `locksmith_locks`; read holds and permits rows of
+//! `locksmith_holds` (see [`crate::lease`]).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,9 +9,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::{millis, CancelGuard, HoldTable};
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, HoldMode, KeepAlive, LockName, Result, Session};
 
-use crate::db::{Attempt, Db};
+use crate::db::Db;
+use crate::lease::{Ask, Attempt, Table, ANNOUNCEMENT_REFRESH};
 
 /// Consecutive connection failures a waiting acquisition tolerates before giving up.
 const MAX_WAIT_FAILURES: u32 = 3;
@@ -24,19 +26,35 @@ pub(crate) struct SqlSession {
     db: Arc<Db>,
     id: String,
     ttl_ms: i64,
-    /// Each hold's owner column.
-    holds: HoldTable<String>,
+    /// Each hold's table and owner column.
+    holds: HoldTable<(Table, String)>,
     closed: AtomicBool,
 }
+
+type RowRef = (Arc<Db>, Table, String, String);
 
 /// Armed while one attempt's outcome is unknown (a dropped future, an error while the
 /// transaction may have committed): deletes the attempt's row. The owner column is unique per
 /// attempt, so the delete can never hit a later hold.
-fn delete_on_drop(db: Arc<Db>, name: String, owner: String) -> CancelGuard<(Arc<Db>, String, String)> {
-    CancelGuard::new("sql attempt", (db, name, owner), |(db, name, owner)| {
+fn delete_on_drop(db: Arc<Db>, table: Table, name: String, owner: String) -> CancelGuard<RowRef> {
+    CancelGuard::new("sql attempt", (db, table, name, owner), |(db, table, name, owner)| {
         Some(async move {
-            if let Err(e) = db.delete_owner(&name, &owner).await {
+            if let Err(e) = db.delete_owner(table, &name, &owner).await {
                 tracing::warn!(%name, error = %e, "cleanup of an unfinished acquisition failed; the lease expires it");
+            }
+        })
+    })
+}
+
+/// Armed from a waiting writer's first announcement until its acquisition ends: a writer that
+/// gives up (a timeout, a dropped future, an error) deletes its announcement at once, so readers
+/// need not wait for its lease (PostgreSQL also wakes them). A grant deletes it in the granting
+/// transaction and disarms this.
+fn withdraw_on_drop(db: Arc<Db>, name: String, owner: String) -> CancelGuard<RowRef> {
+    CancelGuard::new("sql writer announcement", (db, Table::Holds, name, owner), |(db, table, name, owner)| {
+        Some(async move {
+            if let Err(e) = db.delete_owner(table, &name, &owner).await {
+                tracing::debug!(%name, error = %e, "withdrawing a writer's announcement failed; its lease ends it");
             }
         })
     })
@@ -52,6 +70,17 @@ impl SqlSession {
     /// The owner column of one attempt: `<session>:<nonce>:<owner>`.
     fn column(&self, owner: &str) -> String {
         format!("{}:{:08x}:{owner}", self.id, rand::random::<u32>())
+    }
+}
+
+/// What the lease mode refuses before it touches the database: a kind of hold it does not know
+/// (the engine asks [`SqlBackend::supports`](crate::SqlBackend) first; this is the backstop).
+fn check_mode(mode: HoldMode) -> Result<()> {
+    match mode {
+        HoldMode::Exclusive | HoldMode::Shared => Ok(()),
+        HoldMode::Permit(n) if n > 0 => Ok(()),
+        HoldMode::Permit(_) => Err(Error::InvalidArgument("a semaphore has at least 1 permit".into())),
+        other => Err(Error::Unsupported(format!("the sql backends offer no {other} holds"))),
     }
 }
 
@@ -100,27 +129,31 @@ impl Session for SqlSession {
         }
         let batch: Vec<_> = snapshot
             .iter()
-            .map(|h| (h.name.to_string(), h.value.clone(), i64::try_from(h.token).unwrap_or(i64::MAX)))
+            .map(|h| (h.value.0, (h.name.to_string(), h.value.1.clone(), i64::try_from(h.token).unwrap_or(i64::MAX))))
             .collect();
         let renewed = self.db.renew_all(&batch, self.ttl_ms).await?;
         let verdicts = snapshot.into_iter().map(|h| {
-            let ours = renewed.contains(&(h.name.to_string(), h.value.clone()));
+            let ours = renewed.contains(&(h.name.to_string(), h.value.1.clone()));
             (h, ours)
         });
         Ok(self.holds.report(verdicts, "hold found gone or taken on renewal"))
     }
 
     /// Acquires in one short transaction per attempt; a waiter retries on a jittered exponential
-    /// backoff capped by the holder's remaining lease (read by the database clock).
+    /// backoff capped by the first remaining lease in its way (read by the database clock). A
+    /// writer that finds readers in its way announces itself (a `writer-waiting` row with a short
+    /// lease, refreshed at each retry), and new readers wait until it got in or gave up.
     ///
     /// # Cancel safety
     /// Cancel safe: an attempt whose outcome was never seen is deleted in the background
-    /// (owner-checked), and nothing else is left behind.
+    /// (owner-checked), so is a waiting writer's announcement, and nothing else is left behind.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         admit(&self.closed, &req)?;
+        check_mode(req.mode)?;
+        let table = Table::of(req.mode);
         // A hold the engine dropped without releasing (it considered it dead) is freed first.
         if let Some(stale) = self.holds.take(&req.name, &req.owner) {
-            self.db.release(req.name.as_str(), &stale.value, stale.token).await?;
+            self.db.release(stale.value.0, req.name.as_str(), &stale.value.1, stale.token).await?;
         }
         // PostgreSQL waiters are woken by NOTIFY; the timer is then only a fallback.
         let waiting = match req.wait {
@@ -131,38 +164,80 @@ impl Session for SqlSession {
             Some(_) => Backoff::with_max(PUSHED_FALLBACK),
             None => Backoff::new(),
         };
+        // This writer's announcement, once made: its owner column and what withdraws it.
+        let mut announced: Option<(String, CancelGuard<RowRef>)> = None;
         let mut failures = 0;
         loop {
             let column = self.column(&req.owner);
-            let cleanup = delete_on_drop(self.db.clone(), req.name.to_string(), column.clone());
-            let left = match self.db.try_acquire(req.name.as_str(), &column, self.ttl_ms).await {
+            let cleanup = delete_on_drop(self.db.clone(), table, req.name.to_string(), column.clone());
+            let ask = Ask {
+                name: req.name.as_str(),
+                owner: &column,
+                mode: req.mode,
+                ttl_ms: self.ttl_ms,
+                announced: announced.as_ref().map(|(owner, _)| owner.as_str()),
+            };
+            let (left, readers) = match self.db.try_acquire(ask).await {
                 Ok(Attempt::Granted(token)) => {
                     cleanup.disarm();
+                    // The granting transaction deleted the announcement.
+                    if let Some((_, withdraw)) = announced.take() {
+                        withdraw.disarm();
+                    }
                     if self.closed.load(Ordering::SeqCst) {
-                        self.db.release(req.name.as_str(), &column, token).await?;
+                        self.db.release(table, req.name.as_str(), &column, token).await?;
                         return Err(Error::SessionExpired);
                     }
-                    self.holds.insert(req.name.clone(), req.owner.clone(), token, column);
+                    self.holds.insert(req.name.clone(), req.owner.clone(), token, (table, column));
+                    // One release may admit several readers or permit holders: the next local
+                    // waiter tries too.
+                    if let (Some(reg), false) = (&waiting, req.mode == HoldMode::Exclusive) {
+                        reg.pass_on();
+                    }
                     return Ok(Acquired::Granted { token });
                 }
-                Ok(Attempt::Busy(left)) => {
+                Ok(Attempt::Busy { left, readers }) => {
                     cleanup.disarm();
                     failures = 0;
-                    left
+                    (left, readers)
+                }
+                Ok(Attempt::Refused(why)) => {
+                    cleanup.disarm();
+                    return Err(Error::InvalidArgument(why));
                 }
                 // A waiter rides out a short blip; the cleanup removes a grant whose commit
                 // answer was lost.
                 Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
                     failures += 1;
                     cleanup.fire();
-                    None
+                    (None, false)
                 }
                 Err(e) => return Err(e),
             };
             if !req.wait {
                 return Ok(Acquired::Busy);
             }
-            let delay = backoff.delay(left);
+            // Writer preference: a writer kept out by readers announces itself, and keeps the
+            // announcement fresh until it gets in, whatever is in its way meanwhile.
+            if readers || announced.is_some() {
+                let owner = match &announced {
+                    Some((owner, _)) => owner.clone(),
+                    None => {
+                        let owner = self.column(&req.owner);
+                        let withdraw = withdraw_on_drop(self.db.clone(), req.name.to_string(), owner.clone());
+                        announced = Some((owner.clone(), withdraw));
+                        owner
+                    }
+                };
+                // Without it the writer only loses its preference; the grant path still works.
+                if let Err(e) = self.db.announce_writer(req.name.as_str(), &owner).await {
+                    tracing::debug!(name = %req.name, error = %e, "a waiting writer could not announce itself");
+                }
+            }
+            let mut delay = backoff.delay(left);
+            if announced.is_some() {
+                delay = delay.min(ANNOUNCEMENT_REFRESH);
+            }
             match &waiting {
                 // A NOTIFY does not restart the backoff: every waiting client hears it, and all
                 // but one find the lock taken again; the next release notifies them anew.
@@ -183,8 +258,8 @@ impl Session for SqlSession {
     /// # Cancel safety
     /// Cancel safe; the release may or may not have happened, `expires_at` is the backstop.
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
-        let Some(column) = self.holds.take_token(name, owner, token) else { return Ok(false) };
-        self.db.release(name.as_str(), &column, token).await
+        let Some((table, column)) = self.holds.take_token(name, owner, token) else { return Ok(false) };
+        self.db.release(table, name.as_str(), &column, token).await
     }
 
     /// Releases every hold of the session.
@@ -195,7 +270,7 @@ impl Session for SqlSession {
         self.closed.store(true, Ordering::SeqCst);
         let mut first = None;
         for h in self.holds.drain() {
-            if let Err(e) = self.db.release(h.name.as_str(), &h.value, h.token).await {
+            if let Err(e) = self.db.release(h.value.0, h.name.as_str(), &h.value.1, h.token).await {
                 first.get_or_insert(e);
             }
         }

@@ -14,8 +14,10 @@ pub const MAX_VALUE_LEN: usize = 1024;
 ///
 /// On one lock name, exclusive and shared holds form a read/write lock (many readers or one
 /// writer); a semaphore's name takes only permits, all with the same number of permits while
-/// anyone holds or waits for one. Waiters are served first come, first served whatever their
-/// kind, so a writer queued behind readers gets in before readers that arrive after it.
+/// anyone holds or waits for one. A waiting writer is never starved by readers that keep
+/// coming: most backends serve waiters first come, first served whatever their kind (a writer
+/// queued behind readers gets in before readers that arrive after it); the SQL backends, whose
+/// waiters poll, give waiting writers preference instead (each driver's docs say which).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
 pub enum HoldMode {

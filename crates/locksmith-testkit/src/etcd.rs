@@ -9,7 +9,7 @@ use nix::sys::signal::Signal;
 
 use crate::certs::TestCerts;
 use crate::port::free_port;
-use crate::process::{run_ok, spawn, ChildProcess};
+use crate::process::{run_ok, spawn, watchdog, ChildProcess};
 
 /// A single-node `etcd` on 127.0.0.1 with its own client and peer ports and temp data dir;
 /// killed by PID on drop. Heartbeat 50 ms and election timeout 500 ms, so the server's minimum
@@ -28,6 +28,9 @@ pub struct EtcdServer {
     /// `(user, password)` once authentication is on.
     auth: Option<(String, String)>,
     process: Option<ChildProcess>,
+    /// Kills the server when the test process is gone: a server kept in a `static` is never
+    /// dropped.
+    watchdog: Option<ChildProcess>,
 }
 
 impl std::fmt::Debug for EtcdServer {
@@ -117,6 +120,7 @@ impl<'a> EtcdServerBuilder<'a> {
             args: self.args,
             auth: None,
             process: None,
+            watchdog: None,
         };
         s.restart();
         if let Some((user, password)) = self.auth {
@@ -196,6 +200,10 @@ impl EtcdServer {
     pub fn kill9(&mut self) {
         if let Some(mut p) = self.process.take() {
             p.kill9();
+        }
+        // Its watchdog goes with it: it must never kill a later process that got the same PID.
+        if let Some(mut w) = self.watchdog.take() {
+            w.kill9();
         }
     }
 
@@ -299,6 +307,7 @@ impl EtcdServer {
         }
         cmd.args(&self.args);
         let p = spawn("etcd", &mut cmd);
+        self.watchdog = Some(watchdog("etcd", p.pid(), self.dir.path()));
         self.process = Some(p);
         let until = Instant::now() + Duration::from_secs(30);
         loop {
@@ -335,4 +344,10 @@ fn encode(s: &str) -> String {
             }
         })
         .collect()
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
 }

@@ -10,11 +10,12 @@
 //! is at the head, so readers arriving after a queued writer wait behind it (no writer
 //! starvation), and a release admits as many waiters from the head as now fit.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use locksmith_core::HoldMode;
 
+use super::holders::Holders;
 use super::SessionId;
 
 #[derive(Debug, Clone)]
@@ -52,11 +53,7 @@ pub(super) struct Lock {
 /// What a lock has going on.
 #[derive(Debug, Default)]
 pub(super) struct Busy {
-    /// Holders by token.
-    holders: BTreeMap<u64, Holder>,
-    /// The token of each session's and owner's hold, so "is this ours already?" is a lookup even
-    /// with thousands of readers.
-    owners: HashMap<SessionId, HashMap<String, u64>>,
+    holders: Holders,
     /// Queued acquires in arrival order, keyed by a machine-wide sequence number: the head is
     /// the first key, and a waiter is removed by its key (cancel, session end) in O(log n).
     pub(super) waiters: BTreeMap<u64, Waiter>,
@@ -69,7 +66,7 @@ impl Busy {
         if self.delay_until.is_some_and(|t| t > now) {
             return false;
         }
-        let first = self.holders.values().next().map(|h| h.mode);
+        let first = self.holders.first().map(|h| h.mode);
         match mode {
             HoldMode::Exclusive => first.is_none(),
             HoldMode::Shared => first.is_none_or(|m| m == HoldMode::Shared),
@@ -81,8 +78,7 @@ impl Busy {
 
     /// The semaphore's number of permits while it is in use.
     fn permits(&self) -> Option<u32> {
-        let first = self.holders.values().map(|h| h.mode).chain(self.waiters.values().map(|w| w.mode)).next();
-        match first {
+        match self.in_use_as() {
             Some(HoldMode::Permit(n)) => Some(n),
             _ => None,
         }
@@ -90,26 +86,24 @@ impl Busy {
 
     /// The kind of holds and waits on the lock now, if any.
     fn in_use_as(&self) -> Option<HoldMode> {
-        self.holders.values().map(|h| h.mode).chain(self.waiters.values().map(|w| w.mode)).next()
+        self.holders.first().map(|h| h.mode).or_else(|| self.waiters.values().next().map(|w| w.mode))
     }
 }
 
 impl Lock {
     /// The hold of `(session, owner)`, if it has one.
     pub(super) fn hold_of(&self, session: SessionId, owner: &str) -> Option<&Holder> {
-        let busy = self.busy.as_ref()?;
-        let token = busy.owners.get(&session)?.get(owner)?;
-        busy.holders.get(token)
+        self.busy.as_ref()?.holders.of(session, owner)
     }
 
     /// The hold with `token`, if it is still held.
     pub(super) fn hold(&self, token: u64) -> Option<&Holder> {
-        self.busy.as_ref()?.holders.get(&token)
+        self.busy.as_ref()?.holders.get(token)
     }
 
     /// Every holder, by token.
     pub(super) fn holders(&self) -> impl Iterator<Item = &Holder> {
-        self.busy.iter().flat_map(|b| b.holders.values())
+        self.busy.iter().flat_map(|b| b.holders.iter())
     }
 
     pub(super) fn waiters(&self) -> usize {
@@ -163,39 +157,21 @@ impl Lock {
     pub(super) fn add_holder(&mut self, holder: Holder) -> Vec<Holder> {
         let busy = self.busy_mut();
         let mut replaced = Vec::new();
-        if holder.mode == HoldMode::Exclusive || busy.holders.values().any(|h| h.mode == HoldMode::Exclusive) {
-            replaced.extend(std::mem::take(&mut busy.holders).into_values());
-            busy.owners.clear();
+        if holder.mode == HoldMode::Exclusive || busy.holders.first().is_some_and(|h| h.mode == HoldMode::Exclusive) {
+            replaced = busy.holders.take_all();
         }
-        let mine = busy.owners.entry(holder.session).or_default();
-        if let Some(old) = mine.insert(holder.owner.clone(), holder.token) {
-            // The same owner again (a replay): its older hold is superseded.
-            replaced.extend(busy.holders.remove(&old));
-        }
-        busy.holders.insert(holder.token, holder);
+        replaced.extend(busy.holders.insert(holder));
         replaced
     }
 
     /// Removes the hold with `token`.
     pub(super) fn remove_holder(&mut self, token: u64) -> Option<Holder> {
-        let busy = self.busy.as_mut()?;
-        let h = busy.holders.remove(&token)?;
-        if let Some(mine) = busy.owners.get_mut(&h.session) {
-            if mine.get(&h.owner) == Some(&token) {
-                mine.remove(&h.owner);
-            }
-            if mine.is_empty() {
-                busy.owners.remove(&h.session);
-            }
-        }
-        Some(h)
+        self.busy.as_mut()?.holders.remove(token)
     }
 
     /// Removes every holder (a restart that does not keep them).
     pub(super) fn clear_holders(&mut self) -> Vec<Holder> {
-        let Some(busy) = self.busy.as_mut() else { return Vec::new() };
-        busy.owners.clear();
-        std::mem::take(&mut busy.holders).into_values().collect()
+        self.busy.as_mut().map(|b| b.holders.take_all()).unwrap_or_default()
     }
 
     /// Takes the head of the queue if it can be granted now.

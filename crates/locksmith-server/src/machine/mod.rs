@@ -46,6 +46,7 @@ use std::time::{Duration, Instant};
 
 mod apply;
 mod command;
+mod holders;
 mod lock;
 mod record;
 mod restore;

@@ -1,0 +1,66 @@
+//! Raft replication of opaque byte commands for the native locksmith server, on
+//! [openraft](https://docs.rs/openraft/0.9) 0.9 (`storage-v2`).
+//!
+//! The application (the lock server) implements [`Replicated`] for its state machine and
+//! starts a [`RaftNode`] per server process; a command it replicates with
+//! [`RaftNode::client_write`] is applied, in log order, on every node through
+//! [`Replicated::apply`], the same function a single node uses to replay its log.
+//!
+//! # Layout
+//! - [`types`]: the openraft type family: `NodeId = u64`, [`Node`] = `BasicNode` (the peer's
+//!   gRPC `host:port`), the opaque [`Command`], response `()`;
+//! - [`store`]: the data directory: a durable append-only log with the vote and committed index
+//!   beside it ([`store::LogStore`]), and the snapshot;
+//! - [`state_machine`]: openraft's state machine over the application's [`Replicated`] state,
+//!   shared with the application as a [`Replica`] behind a mutex;
+//! - [`network`]: the `locksmith.raft.v1.Raft` gRPC service and its client (postcard-encoded
+//!   openraft messages, one lazily connected channel per peer, optional TLS);
+//! - [`RaftNode`] with [`NodeConfig`] and [`Leadership`]: the API the server uses.
+//!
+//! # Durability and its cost
+//! An entry is acknowledged to openraft (and so counted towards a quorum) only after
+//! `fdatasync` of the log; votes are synced before use; snapshots are synced then renamed into
+//! place. The log file is preallocated so a sync writes no inode. Measured on this kind of
+//! machine (2 cores, ext4 on a VM disk), an append of one small entry plus its `fdatasync`,
+//! through [`store::LogStore`] as openraft drives it (write, hand-off to the sync thread, sync,
+//! callback): **p50 ≈ 90 µs, p99 ≈ 0.3 ms** (`cargo run --release -p locksmith-raft --example
+//! append_latency`). A commit costs that on the leader and, in parallel, on a follower, plus
+//! two loopback round trips.
+//!
+//! # Reading the replicated state
+//! [`RaftNode::replica`] is the state with the log id it reflects. On a follower it trails the
+//! leader. On the leader, [`Leadership::ready`] tells when it holds everything committed by
+//! earlier leaders; [`RaftNode::barrier`] gives a linearizable point (quorum-confirmed).
+//!
+//! # Cluster changes
+//! Form a cluster by starting every node with the same `peers`; add a node by starting it with
+//! no peers, then [`RaftNode::add_learner`] and [`RaftNode::change_membership`] on the leader;
+//! remove one with [`RaftNode::change_membership`].
+#![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
+// openraft's storage traits return its `StorageError` (224 bytes): helpers returning it too are
+// the natural shape, and errors are rare.
+#![allow(clippy::result_large_err)]
+
+mod config;
+pub mod error;
+mod leadership;
+pub mod network;
+mod node;
+pub mod state_machine;
+pub mod store;
+pub mod types;
+
+pub use config::NodeConfig;
+pub use error::ClientWriteError;
+pub use error::LeaderHint;
+pub use error::MembershipError;
+pub use error::StartError;
+pub use error::StoreError;
+pub use leadership::Leadership;
+pub use node::RaftNode;
+pub use node::MAX_COMMAND;
+pub use state_machine::Replica;
+pub use state_machine::Replicated;
+pub use types::Command;
+pub use types::Node;
+pub use types::NodeId;

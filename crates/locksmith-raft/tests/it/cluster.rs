@@ -5,6 +5,9 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 use std::time::Instant;
 
+use locksmith_raft::ClientWriteError;
+use locksmith_raft::LeaderHint;
+
 use crate::common::caught_up;
 use crate::common::init_tracing;
 use crate::common::leader;
@@ -37,6 +40,22 @@ async fn a_cluster_replicates_fails_over_and_a_restarted_node_catches_up() {
     let t = Instant::now();
     let first = leader(&nodes, Duration::from_secs(10)).await;
     println!("=== node {} leads after {:?}", first + 1, t.elapsed());
+
+    // A follower names the leader (once it has heard from it: retry briefly).
+    let follower = nodes[(first + 1) % 3].as_ref().unwrap();
+    let lead = nodes[first].as_ref().unwrap();
+    let want = LeaderHint { id: Some(first as u64 + 1), addr: Some(lead.addr.to_string()) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match follower.node.client_write(command(0)).await {
+            Err(ClientWriteError::ForwardToLeader(hint)) if hint == want => break,
+            Err(ClientWriteError::ForwardToLeader(hint)) if Instant::now() < deadline => {
+                println!("=== hint {hint} so far");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            other => panic!("a follower answered {other:?}"),
+        }
+    }
 
     let t = Instant::now();
     let mut last = 0;

@@ -17,6 +17,7 @@ use locksmith_raft::Replicated;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::transport::ServerTlsConfig;
 
 /// Logs with `RUST_LOG=locksmith_raft=debug,openraft=info` when a test needs explaining.
 pub fn init_tracing() {
@@ -96,14 +97,31 @@ pub struct TestNode {
 }
 
 impl TestNode {
-    /// Starts node `id` on `dir`, serving on `listener`.
+    /// Starts node `id` on `dir`, serving on `listener`, with the tests' [`config`].
     pub async fn start(id: NodeId, dir: &Path, listener: TcpListener, peers: BTreeMap<NodeId, String>) -> Self {
+        Self::start_with(id, dir, listener, peers, config(), None).await
+    }
+
+    /// Starts node `id` on `dir` with `config`, serving on `listener` (with TLS if given).
+    pub async fn start_with(
+        id: NodeId,
+        dir: &Path,
+        listener: TcpListener,
+        peers: BTreeMap<NodeId, String>,
+        config: NodeConfig,
+        tls: Option<ServerTlsConfig>,
+    ) -> Self {
         let addr = listener.local_addr().unwrap();
-        let node = RaftNode::start(id, dir, peers, config(), Recorder::default()).await.unwrap();
+        let node = RaftNode::start(id, dir, peers, config, Recorder::default()).await.unwrap();
         let (stop, stopped) = oneshot::channel::<()>();
-        let router = tonic::transport::Server::builder().add_service(node.service());
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = tls {
+            builder = builder.tls_config(tls).unwrap();
+        }
+        let router = builder.add_service(node.service());
         let server = tokio::spawn(async move {
-            let incoming = tonic::transport::server::TcpIncoming::from(listener);
+            // Without nodelay a reply's trailing HTTP/2 frames wait for the peer's delayed ACK.
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let _ = router
                 .serve_with_incoming_shutdown(incoming, async {
                     let _ = stopped.await;

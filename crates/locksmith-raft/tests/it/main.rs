@@ -3,4 +3,5 @@
 
 mod cluster;
 mod common;
+mod node;
 mod storage_suite;

@@ -46,7 +46,8 @@ pub struct RaftNode<M> {
     replica: Arc<Mutex<Replica<M>>>,
     leadership: watch::Receiver<Leadership>,
     election_timeout: Duration,
-    watcher: tokio::task::JoinHandle<()>,
+    /// The leadership watch, and a delayed initialization: ended with the node.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl<M> fmt::Debug for RaftNode<M> {
@@ -57,7 +58,9 @@ impl<M> fmt::Debug for RaftNode<M> {
 
 impl<M> Drop for RaftNode<M> {
     fn drop(&mut self) {
-        self.watcher.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -67,9 +70,10 @@ impl<M: Replicated> RaftNode<M> {
     ///
     /// `peers` (id → `host:port` of each node's [`service`](Self::service), this node
     /// included) forms a new cluster: a node whose directory holds no cluster yet initializes
-    /// it with `peers` as voters. Every node of the new cluster may be started with the same
-    /// `peers` (the first initialization to reach a node wins; the others are refused
-    /// harmlessly). Pass an empty map to a node that joins an existing cluster (a new node, or a
+    /// it with `peers` as voters. Start every node of the new cluster with the same `peers`:
+    /// the lowest id initializes at once, the others only if no leader reached them within an
+    /// election timeout per rank (so the cluster forms without duelling candidates, and still
+    /// forms when the lowest id is down). Pass an empty map to a node that joins an existing cluster (a new node, or a
     /// node whose directory was wiped): it waits to be added by the leader with
     /// [`add_learner`](Self::add_learner) and [`change_membership`](Self::change_membership).
     /// A node with a wiped directory must first be removed from the membership (it forgot its
@@ -105,17 +109,35 @@ impl<M: Replicated> RaftNode<M> {
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
+        let mut tasks = Vec::new();
         if !peers.is_empty() && !initialized {
+            // openraft starts an election as soon as a node initializes. If every node did so
+            // as it started, one started later would stand against the young leader (it cannot
+            // win with its empty log, but its higher term deposes the leader: a second election).
+            // So the lowest id initializes at once and the others only if no leader reached
+            // them within an election timeout per rank: a majority still forms the cluster
+            // without the lowest id, just later.
+            let rank = peers.keys().position(|p| *p == id).unwrap_or(0) as u32;
             let members: BTreeMap<NodeId, Node> =
                 peers.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
-            match raft.initialize(members).await {
-                // Another node's initialization reached this one first: same cluster.
-                Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
-                Err(e) => return Err(StartError::Raft(e.to_string())),
+            if rank == 0 {
+                initialize(&raft, members).await.map_err(StartError::Raft)?;
+            } else {
+                let raft = raft.clone();
+                let delay = config.election_timeout_max * rank;
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    if let Ok(false) = raft.is_initialized().await {
+                        if let Err(e) = initialize(&raft, members).await {
+                            tracing::warn!(error = %e, "raft: initializing the cluster failed");
+                        }
+                    }
+                }));
             }
         }
         let (leadership, watcher) = watch_leadership(id, raft.metrics());
-        Ok(Self { id, raft, replica, leadership, election_timeout: config.election_timeout_max, watcher })
+        tasks.push(watcher);
+        Ok(Self { id, raft, replica, leadership, election_timeout: config.election_timeout_max, tasks })
     }
 
     /// Replicates `command`: returns its log index once a quorum stored it and this node's
@@ -254,6 +276,14 @@ impl<M> RaftNode<M> {
     pub async fn shutdown(&self) -> Result<(), String> {
         // The leadership watch publishes `stopped` by itself once openraft's metrics close.
         self.raft.shutdown().await.map_err(|e| e.to_string())
+    }
+}
+
+/// Initializes the cluster with `members`, unless another node's initialization got here first.
+async fn initialize(raft: &Raft, members: BTreeMap<NodeId, Node>) -> Result<(), String> {
+    match raft.initialize(members).await {
+        Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(e.to_string()),
     }
 }
 

@@ -73,8 +73,9 @@ impl<M: Replicated> RaftNode<M> {
     /// it with `peers` as voters. Start every node of the new cluster with the same `peers`:
     /// the lowest id initializes at once, the others only if no leader reached them within an
     /// election timeout per rank (so the cluster forms without duelling candidates, and still
-    /// forms when the lowest id is down). Pass an empty map to a node that joins an existing cluster (a new node, or a
-    /// node whose directory was wiped): it waits to be added by the leader with
+    /// forms when the lowest id is down). Pass an empty map to a node that joins an existing
+    /// cluster (a new node, or a node whose directory was wiped): it waits to be added by the
+    /// leader with
     /// [`add_learner`](Self::add_learner) and [`change_membership`](Self::change_membership).
     /// A node with a wiped directory must first be removed from the membership (it forgot its
     /// vote, and could otherwise vote twice in one term), then added back.
@@ -111,12 +112,13 @@ impl<M: Replicated> RaftNode<M> {
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
         let mut tasks = Vec::new();
         if !peers.is_empty() && !initialized {
-            // openraft starts an election as soon as a node initializes. If every node did so
-            // as it started, one started later would stand against the young leader (it cannot
-            // win with its empty log, but its higher term deposes the leader: a second election).
-            // So the lowest id initializes at once and the others only if no leader reached
-            // them within an election timeout per rank: a majority still forms the cluster
-            // without the lowest id, just later.
+            // openraft starts an election as soon as a node initializes. When every node did
+            // so as it started, one started later stood for election against the young leader:
+            // it cannot win with its empty log, but its own vote in the leader's term kept it
+            // from following that leader for about a second (seen in the cluster tests), and
+            // a higher term can force another election. So the lowest id initializes at once
+            // and the others only if no leader reached them within an election timeout per
+            // rank: a majority still forms the cluster without the lowest id, just later.
             let rank = peers.keys().position(|p| *p == id).unwrap_or(0) as u32;
             let members: BTreeMap<NodeId, Node> =
                 peers.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
@@ -264,9 +266,10 @@ impl<M> RaftNode<M> {
         &self.raft
     }
 
-    /// Stops the node: openraft's tasks end, the data directory is released once the
-    /// application's [`service`](Self::service) is dropped too. Pending writes fail with
-    /// [`ClientWriteError::Stopped`].
+    /// Stops the node: openraft's tasks end and release the data directory (a new node may
+    /// start on it while this handle lives). Pending and later calls fail with
+    /// [`ClientWriteError::Stopped`] or [`MembershipError::Stopped`]; the application should
+    /// also stop serving [`service`](Self::service).
     ///
     /// # Errors
     /// openraft's core task had panicked.

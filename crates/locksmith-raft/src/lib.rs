@@ -6,6 +6,52 @@
 //! [`RaftNode::client_write`] is applied, in log order, on every node through
 //! [`Replicated::apply`], the same function a single node uses to replay its log.
 //!
+//! # Example
+//! ```no_run
+//! use std::collections::BTreeMap;
+//!
+//! use locksmith_raft::{NodeConfig, RaftNode, Replicated};
+//!
+//! /// Counts the bytes of every command: deterministic, so every node agrees.
+//! #[derive(Default)]
+//! struct Counter(u64);
+//!
+//! impl Replicated for Counter {
+//!     fn apply(&mut self, _index: u64, command: &[u8]) {
+//!         self.0 += command.len() as u64;
+//!     }
+//!     fn snapshot(&self) -> Vec<u8> {
+//!         self.0.to_le_bytes().to_vec()
+//!     }
+//!     fn install(&mut self, snapshot: &[u8]) -> Result<(), String> {
+//!         self.0 = u64::from_le_bytes(snapshot.try_into().map_err(|_| "not a counter")?);
+//!         Ok(())
+//!     }
+//! }
+//!
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! let peers: BTreeMap<u64, String> =
+//!     (1..=3).map(|id| (id, format!("10.0.0.{id}:7001"))).collect();
+//! let node = RaftNode::start(1, "/var/lib/locksmith/raft", peers, NodeConfig::default(), Counter::default()).await?;
+//! // Peers reach this node through its own gRPC server (TLS, limits: the application's).
+//! let server = tonic::transport::Server::builder().add_service(node.service()).serve("10.0.0.1:7001".parse()?);
+//! tokio::spawn(server);
+//!
+//! node.leadership().wait_for(|l| l.leader.is_some()).await?;
+//! match node.client_write(b"hello".to_vec()).await {
+//!     Ok(index) => {
+//!         let replica = node.replica().lock().map_err(|_| "state machine panicked")?;
+//!         println!("applied at {index}: {} bytes so far", replica.machine().0);
+//!     }
+//!     Err(e) => match e.leader_hint() {
+//!         Some(hint) => println!("not the leader: {hint}"),
+//!         None => return Err(e.into()),
+//!     },
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Layout
 //! - [`types`]: the openraft type family: `NodeId = u64`, [`Node`] = `BasicNode` (the peer's
 //!   gRPC `host:port`), the opaque [`Command`], response `()`;

@@ -61,3 +61,63 @@ pub fn open_storage<M: Replicated>(dir: &Path, machine: M) -> Result<(LogStore, 
     let store = LogStore::new(log, meta, sync::Syncer::spawn()?, lock);
     Ok((store, machine))
 }
+
+#[cfg(test)]
+mod tests {
+    use openraft::storage::RaftLogStorage;
+    use openraft::storage::RaftStateMachine;
+    use openraft::RaftSnapshotBuilder;
+
+    use super::*;
+    use crate::types::Vote;
+
+    /// A state machine holding one byte string; it rejects snapshots starting with `!`.
+    #[derive(Default)]
+    struct Bytes(Vec<u8>);
+
+    impl Replicated for Bytes {
+        fn apply(&mut self, _: u64, command: &[u8]) {
+            self.0.extend_from_slice(command);
+        }
+        fn snapshot(&self) -> Vec<u8> {
+            self.0.clone()
+        }
+        fn install(&mut self, snapshot: &[u8]) -> Result<(), String> {
+            if snapshot.starts_with(b"!") {
+                return Err("not mine".into());
+            }
+            self.0 = snapshot.to_vec();
+            Ok(())
+        }
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+    }
+
+    #[test]
+    fn a_vote_without_its_log_is_damage() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut log, _sm) = open_storage(dir.path(), Bytes::default()).unwrap();
+        rt().block_on(log.save_vote(&Vote::new(3, 1))).unwrap();
+        drop((log, _sm));
+        std::fs::remove_file(dir.path().join("log")).unwrap();
+        assert!(matches!(open_storage(dir.path(), Bytes::default()), Err(StoreError::Corrupt(_))));
+    }
+
+    #[test]
+    fn the_stored_snapshot_restores_the_state_and_a_rejected_one_stops_the_start() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, mut sm) = open_storage(dir.path(), Bytes(b"state".to_vec())).unwrap();
+        rt().block_on(async { sm.get_snapshot_builder().await.build_snapshot().await }).unwrap();
+        drop((log, sm));
+        let (_log, sm) = open_storage(dir.path(), Bytes::default()).unwrap();
+        assert_eq!(sm.replica().lock().unwrap().machine().0, b"state");
+
+        let other = tempfile::tempdir().unwrap();
+        let (log, mut sm) = open_storage(other.path(), Bytes(b"!not a snapshot of Bytes".to_vec())).unwrap();
+        rt().block_on(async { sm.get_snapshot_builder().await.build_snapshot().await }).unwrap();
+        drop((log, sm));
+        assert!(matches!(open_storage(other.path(), Bytes::default()), Err(StoreError::Snapshot(_))));
+    }
+}

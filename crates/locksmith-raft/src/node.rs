@@ -34,7 +34,7 @@ use crate::types::NodeId;
 use crate::types::Raft;
 
 /// Largest command [`RaftNode::client_write`] accepts. Batch smaller records into one command
-/// rather than exceeding it: a replication message carries up to 4 MiB of entries.
+/// rather than exceeding it: a replication message carries about 1 MiB of entries.
 pub const MAX_COMMAND: usize = 1 << 20;
 
 /// One node of a Raft cluster replicating [`Replicated`] state `M`.
@@ -106,7 +106,7 @@ impl<M: Replicated> RaftNode<M> {
             .await
             .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
         let replica = sm.replica();
-        let network = Network::new(config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
+        let network = Network::new(id, config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;

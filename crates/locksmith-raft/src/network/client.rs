@@ -8,12 +8,15 @@ use std::time::Duration;
 
 use openraft::error::InstallSnapshotError;
 use openraft::error::NetworkError;
+use openraft::error::PayloadTooLarge;
 use openraft::error::RPCError;
 use openraft::error::RaftError;
 use openraft::error::RemoteError;
+use openraft::error::Timeout;
 use openraft::error::Unreachable;
 use openraft::network::Backoff;
 use openraft::network::RPCOption;
+use openraft::network::RPCTypes;
 use openraft::network::RaftNetwork;
 use openraft::network::RaftNetworkFactory;
 use openraft::raft::AppendEntriesRequest;
@@ -39,6 +42,8 @@ use crate::types::TypeConfig;
 /// How the nodes reach each other; one per node, handed to openraft.
 #[derive(Debug, Clone)]
 pub struct Network {
+    /// This node (named in timeouts reported to openraft).
+    id: NodeId,
     /// One channel per peer (id and address): openraft asks for a client per replication stream
     /// and per election round, and they all share the peer's HTTP/2 connection.
     channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
@@ -48,12 +53,12 @@ pub struct Network {
 }
 
 impl Network {
-    /// A network reaching peers in plain text, or with `tls` when given (then peers' addresses
+    /// The network of node `id`, reaching peers in plain text, or with `tls` when given (then peers' addresses
     /// are dialled as `https://addr`; set the expected server name in `tls` when the
     /// certificates do not name the address). A connection attempt gives up after
     /// `connect_timeout`; a peer that is unreachable is retried every `backoff`.
-    pub fn new(tls: Option<ClientTlsConfig>, connect_timeout: Duration, backoff: Duration) -> Self {
-        Self { channels: Arc::default(), tls, connect_timeout, backoff }
+    pub fn new(id: NodeId, tls: Option<ClientTlsConfig>, connect_timeout: Duration, backoff: Duration) -> Self {
+        Self { id, channels: Arc::default(), tls, connect_timeout, backoff }
     }
 
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
@@ -86,13 +91,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         let client = self.channel(target, &node.addr).map(|ch| {
             RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
         });
-        PeerClient { target, node: node.clone(), client, backoff: self.backoff }
+        PeerClient { id: self.id, target, node: node.clone(), client, backoff: self.backoff }
     }
 }
 
 /// The RPCs to one peer.
 #[derive(Debug)]
 pub struct PeerClient {
+    id: NodeId,
     target: NodeId,
     node: Node,
     client: Result<RaftClient<Channel>, String>,
@@ -104,6 +110,16 @@ enum Rpc {
     AppendEntries,
     Vote,
     InstallSnapshot,
+}
+
+impl Rpc {
+    fn kind(self) -> RPCTypes {
+        match self {
+            Rpc::AppendEntries => RPCTypes::AppendEntries,
+            Rpc::Vote => RPCTypes::Vote,
+            Rpc::InstallSnapshot => RPCTypes::InstallSnapshot,
+        }
+    }
 }
 
 impl PeerClient {
@@ -122,15 +138,26 @@ impl PeerClient {
         let client = self.client.as_mut().map_err(|e| network(e))?;
         let payload = postcard::to_stdvec(req).map_err(|e| network(&e))?;
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
-        // The deadline travels as `grpc-timeout`, so the peer stops working on a request its
-        // sender has given up on.
-        request.set_timeout(option.hard_ttl());
-        let reply = match rpc {
-            Rpc::AppendEntries => client.append_entries(request).await,
-            Rpc::Vote => client.vote(request).await,
-            Rpc::InstallSnapshot => client.install_snapshot(request).await,
-        };
+        // openraft gives up at the hard TTL; answering a timeout a little before lets
+        // `append_entries` turn it into a smaller batch. The deadline also travels as
+        // `grpc-timeout`, so the peer stops working on a request its sender has given up on.
+        let deadline = option.soft_ttl();
+        request.set_timeout(deadline);
+        let reply = tokio::time::timeout(deadline, async {
+            match rpc {
+                Rpc::AppendEntries => client.append_entries(request).await,
+                Rpc::Vote => client.vote(request).await,
+                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+            }
+        })
+        .await
+        .map_err(|_| {
+            RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
+        })?;
         let reply = reply.map_err(|status| match status.code() {
+            tonic::Code::DeadlineExceeded => {
+                RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
+            }
             // Connection refused or reset: back off instead of retrying at once.
             tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
             _ => RPCError::Network(NetworkError::new(&status)),
@@ -147,7 +174,15 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
-        self.call(Rpc::AppendEntries, &rpc, &option).await
+        let entries = rpc.entries.len() as u64;
+        match self.call(Rpc::AppendEntries, &rpc, &option).await {
+            // A batch that cannot make it within the deadline (the heartbeat interval) never
+            // will: ask openraft for smaller ones rather than resend it forever.
+            Err(RPCError::Timeout(_)) if entries > 1 => {
+                Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries / 2)))
+            }
+            r => r,
+        }
     }
 
     async fn install_snapshot(

@@ -19,6 +19,6 @@ pub mod pb {
     tonic::include_proto!("locksmith.raft.v1");
 }
 
-/// Largest gRPC message either side accepts: a batch of entries is capped at 4 MiB plus one
+/// Largest gRPC message either side accepts: a batch of entries is capped at 1 MiB plus one
 /// entry (at most [`MAX_COMMAND`](crate::MAX_COMMAND)), a snapshot chunk at 1 MiB.
 pub(crate) const MAX_MESSAGE: usize = 16 << 20;

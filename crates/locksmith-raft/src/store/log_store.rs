@@ -26,8 +26,9 @@ use crate::types::TypeConfig;
 use crate::types::Vote;
 
 /// Most bytes of entries one replication message carries (at least one entry is always sent):
-/// keeps a gRPC message far below its size limit whatever the commands' sizes.
-const MAX_BATCH_BYTES: u64 = 4 << 20;
+/// keeps a message far below gRPC's size limit, and quick enough for the AppendEntries
+/// deadline (the heartbeat interval), whatever the commands' sizes.
+const MAX_BATCH_BYTES: u64 = 1 << 20;
 
 /// The durable Raft log of a node's data directory (see the crate docs for the layout), handed
 /// to openraft.

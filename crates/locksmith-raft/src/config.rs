@@ -19,9 +19,9 @@ use crate::error::StartError;
 /// - election timeout 400–800 ms: at least four heartbeats go missing before a follower stands
 ///   for election, so a leader stalled for a couple of them (CPU starvation, a long snapshot
 ///   write) is not deposed, and the 400 ms spread makes split votes rare. A crashed leader is
-///   replaced in about a second; the lock server extends sessions by
-///   [`RaftNode::election_timeout`](crate::RaftNode::election_timeout) (the maximum) after a
-///   leader change.
+///   replaced in 1.3–1.4 s in the cluster tests (voters also keep the old leader's lease for
+///   `election_timeout_max`); the lock server extends sessions by
+///   [`RaftNode::failover_time`](crate::RaftNode::failover_time) after a leader change.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct NodeConfig {

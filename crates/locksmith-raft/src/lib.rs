@@ -77,10 +77,13 @@
 //! process over loopback gRPC, sequential `client_write`s, each returning once applied on the
 //! leader) took 0.7–0.95 ms in a release build, ~4 ms in a debug build.
 //!
-//! # Reading the replicated state
+//! # Reading the replicated state, following leadership
 //! [`RaftNode::replica`] is the state with the log id it reflects. On a follower it trails the
-//! leader. On the leader, [`Leadership::ready`] tells when it holds everything committed by
-//! earlier leaders; [`RaftNode::barrier`] gives a linearizable point (quorum-confirmed).
+//! leader. [`RaftNode::leadership`] is a watch of term, leader id and role that changes only when
+//! they do; on the leader, [`Leadership::ready`] tells when its state holds everything committed
+//! by earlier leaders (its first entry of the term is applied), which is when a new leader may
+//! start acting on it, after extending leases by [`RaftNode::failover_time`].
+//! [`RaftNode::barrier`] gives a linearizable point (leadership confirmed by a quorum).
 //!
 //! # Cluster changes
 //! Form a cluster by starting every node with the same `peers`; add a node by starting it with

@@ -72,7 +72,13 @@ async fn a_cluster_replicates_fails_over_and_a_restarted_node_catches_up() {
     let t = Instant::now();
     let second = leader(&nodes, Duration::from_secs(10)).await;
     assert_ne!(second, first);
-    println!("=== node {} leads {:?} after node {} stopped", second + 1, t.elapsed(), first + 1);
+    let bound = nodes[second].as_ref().unwrap().node.failover_time();
+    println!(
+        "=== node {} leads {:?} after node {} stopped (failover_time {bound:?})",
+        second + 1,
+        t.elapsed(),
+        first + 1
+    );
     for i in 1000..1200 {
         last = write(&nodes, command(i)).await;
     }

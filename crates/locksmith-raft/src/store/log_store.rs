@@ -69,7 +69,8 @@ fn lock(log: &Mutex<LogFile>) -> Result<MutexGuard<'_, LogFile>, StorageError> {
     log.lock().map_err(|_| StorageIOError::read_logs(openraft::AnyError::error("log index poisoned")).into())
 }
 
-fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+/// The entries of `log` in `range`, up to `max_bytes` of them (at least one).
+fn read(log: &Mutex<LogFile>, range: &impl RangeBounds<u64>, max_bytes: u64) -> Result<Vec<Entry>, StorageError> {
     let start = match range.start_bound() {
         Bound::Included(i) => *i,
         Bound::Excluded(i) => i.saturating_add(1),
@@ -80,7 +81,7 @@ fn bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
         Bound::Excluded(i) => *i,
         Bound::Unbounded => u64::MAX,
     };
-    (start, end)
+    lock(log)?.read(start, end, max_bytes).map_err(|e| StorageIOError::read_logs(&e).into())
 }
 
 impl RaftLogReader<TypeConfig> for LogReader {
@@ -88,12 +89,11 @@ impl RaftLogReader<TypeConfig> for LogReader {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let (start, end) = bounds(&range);
-        lock(&self.log)?.read(start, end, u64::MAX).map_err(|e| StorageIOError::read_logs(&e).into())
+        read(&self.log, &range, u64::MAX)
     }
 
     async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<Entry>, StorageError> {
-        lock(&self.log)?.read(start, end, MAX_BATCH_BYTES).map_err(|e| StorageIOError::read_logs(&e).into())
+        read(&self.log, &(start..end), MAX_BATCH_BYTES)
     }
 }
 
@@ -102,8 +102,7 @@ impl RaftLogReader<TypeConfig> for LogStore {
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError> {
-        let (start, end) = bounds(&range);
-        lock(&self.log)?.read(start, end, u64::MAX).map_err(|e| StorageIOError::read_logs(&e).into())
+        read(&self.log, &range, u64::MAX)
     }
 }
 

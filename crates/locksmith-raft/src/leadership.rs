@@ -1,0 +1,46 @@
+//! Who leads, as a small value the application can watch.
+
+use openraft::RaftMetrics;
+use openraft::ServerState;
+
+use crate::types::Node;
+use crate::types::NodeId;
+
+/// This node's view of the cluster's leadership, from openraft's metrics. It changes only
+/// when one of its fields does (not on every applied entry).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct Leadership {
+    /// The current term (one leader at most per term).
+    pub term: u64,
+    /// The leader of the current term, when known.
+    pub leader: Option<NodeId>,
+    /// Whether this node is the leader.
+    pub is_leader: bool,
+    /// This node is the leader and its state machine has applied an entry of its own term, so
+    /// its [`Replica`](crate::Replica) holds every command committed under earlier leaders:
+    /// from now on it may act on that state (expire sessions, grant locks). Only a guide: for
+    /// a decision that must not be made by a deposed leader, go through the log
+    /// ([`RaftNode::client_write`](crate::RaftNode::client_write)) or
+    /// [`RaftNode::barrier`](crate::RaftNode::barrier).
+    pub ready: bool,
+    /// The node stopped (shut down, or a fatal storage error).
+    pub stopped: bool,
+}
+
+impl Leadership {
+    pub(crate) fn from_metrics(id: NodeId, m: &RaftMetrics<NodeId, Node>) -> Self {
+        let is_leader = m.state == ServerState::Leader;
+        // A leader's first entry is a blank one of its own term: once an entry of this term by
+        // this node is applied, everything before it is too.
+        let ready = is_leader
+            && m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term && l.leader_id.node_id == id);
+        Self {
+            term: m.current_term,
+            leader: m.current_leader,
+            is_leader,
+            ready,
+            stopped: m.running_state.is_err() || m.state == ServerState::Shutdown,
+        }
+    }
+}

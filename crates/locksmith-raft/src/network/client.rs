@@ -1,0 +1,207 @@
+//! openraft's [`RaftNetworkFactory`]: a tonic client per peer.
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use openraft::error::InstallSnapshotError;
+use openraft::error::NetworkError;
+use openraft::error::PayloadTooLarge;
+use openraft::error::RPCError;
+use openraft::error::RaftError;
+use openraft::error::RemoteError;
+use openraft::error::Timeout;
+use openraft::error::Unreachable;
+use openraft::network::Backoff;
+use openraft::network::RPCOption;
+use openraft::network::RPCTypes;
+use openraft::network::RaftNetwork;
+use openraft::network::RaftNetworkFactory;
+use openraft::raft::AppendEntriesRequest;
+use openraft::raft::AppendEntriesResponse;
+use openraft::raft::InstallSnapshotRequest;
+use openraft::raft::InstallSnapshotResponse;
+use openraft::raft::VoteRequest;
+use openraft::raft::VoteResponse;
+use openraft::AnyError;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tonic::transport::Channel;
+use tonic::transport::ClientTlsConfig;
+use tonic::transport::Endpoint;
+
+use super::pb::raft_client::RaftClient;
+use super::pb::RaftRequest;
+use super::MAX_MESSAGE;
+use crate::types::Node;
+use crate::types::NodeId;
+use crate::types::TypeConfig;
+
+/// How the nodes reach each other; one per node, handed to openraft.
+#[derive(Debug, Clone)]
+pub struct Network {
+    /// This node (named in timeouts reported to openraft).
+    id: NodeId,
+    /// One channel per peer (id and address): openraft asks for a client per replication stream
+    /// and per election round, and they all share the peer's HTTP/2 connection.
+    channels: Arc<Mutex<HashMap<NodeId, (String, Channel)>>>,
+    tls: Option<ClientTlsConfig>,
+    connect_timeout: Duration,
+    backoff: Duration,
+}
+
+impl Network {
+    /// The network of node `id`, reaching peers in plain text, or with `tls` when given (then peers' addresses
+    /// are dialled as `https://addr`; set the expected server name in `tls` when the
+    /// certificates do not name the address). A connection attempt gives up after
+    /// `connect_timeout`; a peer that is unreachable is retried every `backoff`.
+    pub fn new(id: NodeId, tls: Option<ClientTlsConfig>, connect_timeout: Duration, backoff: Duration) -> Self {
+        Self { id, channels: Arc::default(), tls, connect_timeout, backoff }
+    }
+
+    fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
+        // A poisoned map only means a panic elsewhere while inserting: the map itself is fine.
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((a, ch)) = channels.get(&target) {
+            if a == addr {
+                return Ok(ch.clone());
+            }
+        }
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}"))
+            .map_err(|e| format!("node {target}: bad address {addr:?}: {e}"))?
+            .connect_timeout(self.connect_timeout)
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).map_err(|e| format!("node {target}: TLS: {e}"))?;
+        }
+        // Lazily: nothing is dialled until the first RPC, and the channel reconnects by itself.
+        let channel = endpoint.connect_lazy();
+        channels.insert(target, (addr.to_string(), channel.clone()));
+        Ok(channel)
+    }
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
+        let client = self.channel(target, &node.addr).map(|ch| {
+            RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
+        });
+        PeerClient { id: self.id, target, node: node.clone(), client, backoff: self.backoff }
+    }
+}
+
+/// The RPCs to one peer.
+#[derive(Debug)]
+pub struct PeerClient {
+    id: NodeId,
+    target: NodeId,
+    node: Node,
+    client: Result<RaftClient<Channel>, String>,
+    backoff: Duration,
+}
+
+#[derive(Clone, Copy)]
+enum Rpc {
+    AppendEntries,
+    Vote,
+    InstallSnapshot,
+}
+
+impl Rpc {
+    fn kind(self) -> RPCTypes {
+        match self {
+            Rpc::AppendEntries => RPCTypes::AppendEntries,
+            Rpc::Vote => RPCTypes::Vote,
+            Rpc::InstallSnapshot => RPCTypes::InstallSnapshot,
+        }
+    }
+}
+
+impl PeerClient {
+    async fn call<Req, Resp, E>(
+        &mut self,
+        rpc: Rpc,
+        req: &Req,
+        option: &RPCOption,
+    ) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+    where
+        Req: Serialize,
+        Resp: DeserializeOwned,
+        E: Error + DeserializeOwned,
+    {
+        let network = |e: &dyn ToString| RPCError::Network(NetworkError::from(AnyError::error(e.to_string())));
+        let client = self.client.as_mut().map_err(|e| network(e))?;
+        let payload = postcard::to_stdvec(req).map_err(|e| network(&e))?;
+        let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
+        // openraft gives up at the hard TTL; answering a timeout a little before lets
+        // `append_entries` turn it into a smaller batch. The deadline also travels as
+        // `grpc-timeout`, so the peer stops working on a request its sender has given up on.
+        let deadline = option.soft_ttl();
+        request.set_timeout(deadline);
+        let reply = tokio::time::timeout(deadline, async {
+            match rpc {
+                Rpc::AppendEntries => client.append_entries(request).await,
+                Rpc::Vote => client.vote(request).await,
+                Rpc::InstallSnapshot => client.install_snapshot(request).await,
+            }
+        })
+        .await
+        .map_err(|_| {
+            RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
+        })?;
+        let reply = reply.map_err(|status| match status.code() {
+            tonic::Code::DeadlineExceeded => {
+                RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
+            }
+            // Connection refused or reset: back off instead of retrying at once.
+            tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
+            _ => RPCError::Network(NetworkError::new(&status)),
+        })?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            postcard::from_bytes(&reply.into_inner().payload).map_err(|e| network(&e))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+    }
+}
+
+impl RaftNetwork<TypeConfig> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        let entries = rpc.entries.len() as u64;
+        match self.call(Rpc::AppendEntries, &rpc, &option).await {
+            // A batch that cannot make it within the deadline (the heartbeat interval) never
+            // will: ask openraft for smaller ones rather than resend it forever.
+            Err(RPCError::Timeout(_)) if entries > 1 => {
+                Err(RPCError::PayloadTooLarge(PayloadTooLarge::new_entries_hint(entries / 2)))
+            }
+            r => r,
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId, InstallSnapshotError>>> {
+        self.call(Rpc::InstallSnapshot, &rpc, &option).await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
+        self.call(Rpc::Vote, &rpc, &option).await
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(self.backoff))
+    }
+}

@@ -1,0 +1,24 @@
+//! Raft traffic over gRPC: the `locksmith.raft.v1.Raft` service (`proto/raft.proto`), whose
+//! messages carry openraft's own requests and results encoded with postcard.
+//!
+//! - [`Network`] (`client`): openraft's network factory: one lazily connected tonic channel per
+//!   peer, reused by every replication stream and vote to it, optional TLS, a deadline per RPC;
+//! - [`RaftService`] (`server`): the service the application adds to its own tonic router
+//!   ([`RaftNode::service`](crate::RaftNode::service)).
+
+mod client;
+mod server;
+
+pub use client::Network;
+pub use client::PeerClient;
+pub use server::RaftService;
+
+/// The generated gRPC code of `locksmith.raft.v1` (`proto/raft.proto`).
+#[allow(missing_docs, unreachable_pub, missing_debug_implementations, clippy::all, clippy::pedantic)]
+pub mod pb {
+    tonic::include_proto!("locksmith.raft.v1");
+}
+
+/// Largest gRPC message either side accepts: a batch of entries is capped at 1 MiB plus one
+/// entry (at most [`MAX_COMMAND`](crate::MAX_COMMAND)), a snapshot chunk at 1 MiB.
+pub(crate) const MAX_MESSAGE: usize = 16 << 20;

@@ -1,0 +1,356 @@
+//! [`RaftNode`]: one member of a cluster, as the lock server uses it.
+
+use std::collections::BTreeMap;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use openraft::error::CheckIsLeaderError;
+use openraft::error::ForwardToLeader;
+use openraft::error::InitializeError;
+use openraft::error::RaftError;
+use openraft::BasicNode;
+use openraft::RaftMetrics;
+use tokio::sync::watch;
+
+use crate::config::NodeConfig;
+use crate::error::ClientWriteError;
+use crate::error::LeaderHint;
+use crate::error::MembershipError;
+use crate::error::StartError;
+use crate::leadership::Leadership;
+use crate::network::pb::raft_server::RaftServer;
+use crate::network::Network;
+use crate::network::RaftService;
+use crate::state_machine::Replica;
+use crate::state_machine::Replicated;
+use crate::store::open_storage;
+use crate::types::Command;
+use crate::types::Node;
+use crate::types::NodeId;
+use crate::types::Raft;
+
+/// Largest command [`RaftNode::client_write`] accepts. Batch smaller records into one command
+/// rather than exceeding it: a replication message carries about 1 MiB of entries.
+pub const MAX_COMMAND: usize = 1 << 20;
+
+/// One node of a Raft cluster replicating [`Replicated`] state `M`.
+///
+/// Dropping it does not stop openraft's tasks: call [`RaftNode::shutdown`].
+pub struct RaftNode<M> {
+    id: NodeId,
+    raft: Raft,
+    replica: Arc<Mutex<Replica<M>>>,
+    leadership: watch::Receiver<Leadership>,
+    election_timeout: Duration,
+    heartbeat: Duration,
+    /// The leadership watch, and a delayed initialization: ended with the node.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl<M> fmt::Debug for RaftNode<M> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RaftNode").field("id", &self.id).field("leadership", &*self.leadership.borrow()).finish()
+    }
+}
+
+impl<M> Drop for RaftNode<M> {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl<M: Replicated> RaftNode<M> {
+    /// Starts node `id` on its data directory `dir` (created if needed), restoring `machine`
+    /// from the directory's snapshot and log.
+    ///
+    /// `peers` (id → `host:port` of each node's [`service`](Self::service), this node
+    /// included) forms a new cluster: a node whose directory holds no cluster yet initializes
+    /// it with `peers` as voters. Start every node of the new cluster with the same `peers`:
+    /// the lowest id initializes at once, the others only if no leader reached them within an
+    /// election timeout per rank (so the cluster forms without duelling candidates, and still
+    /// forms when the lowest id is down). Pass an empty map to a node that joins an existing
+    /// cluster (a new node, or a node whose directory was wiped): it waits to be added by the
+    /// leader with
+    /// [`add_learner`](Self::add_learner) and [`change_membership`](Self::change_membership).
+    /// A node with a wiped directory must first be removed from the membership (it forgot its
+    /// vote, and could otherwise vote twice in one term), then added back.
+    ///
+    /// The node serves no peer until the application serves [`service`](Self::service).
+    ///
+    /// # Errors
+    /// [`StartError::Config`] for inconsistent settings or `peers` without this node;
+    /// [`StartError::Store`] when the directory is in use or damaged; [`StartError::Raft`] when
+    /// openraft fails to start.
+    ///
+    /// # Cancel safety
+    /// Cancelling it before it returns may leave openraft's tasks running: do not.
+    pub async fn start(
+        id: NodeId,
+        dir: impl Into<PathBuf>,
+        peers: BTreeMap<NodeId, String>,
+        config: NodeConfig,
+        machine: M,
+    ) -> Result<Self, StartError> {
+        if !peers.is_empty() && !peers.contains_key(&id) {
+            return Err(StartError::Config(format!("the initial peers do not include this node ({id})")));
+        }
+        let openraft_config = Arc::new(config.to_openraft()?);
+        let dir = dir.into();
+        // Reading the log and snapshot is blocking file I/O.
+        let (log, sm) = tokio::task::spawn_blocking(move || open_storage(&dir, machine))
+            .await
+            .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
+        let replica = sm.replica();
+        let network = Network::new(id, config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
+        let raft =
+            Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
+        let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
+        let mut tasks = Vec::new();
+        if !peers.is_empty() && !initialized {
+            // openraft starts an election as soon as a node initializes. When every node did
+            // so as it started, one started later stood for election against the young leader:
+            // it cannot win with its empty log, but its own vote in the leader's term kept it
+            // from following that leader for about a second (seen in the cluster tests), and
+            // a higher term can force another election. So the lowest id initializes at once
+            // and the others only if no leader reached them within an election timeout per
+            // rank: a majority still forms the cluster without the lowest id, just later.
+            let rank = peers.keys().position(|p| *p == id).unwrap_or(0) as u32;
+            let members: BTreeMap<NodeId, Node> =
+                peers.into_iter().map(|(id, addr)| (id, BasicNode::new(addr))).collect();
+            if rank == 0 {
+                initialize(&raft, members).await.map_err(StartError::Raft)?;
+            } else {
+                let raft = raft.clone();
+                let delay = config.election_timeout_max * rank;
+                tasks.push(tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    if let Ok(false) = raft.is_initialized().await {
+                        if let Err(e) = initialize(&raft, members).await {
+                            tracing::warn!(error = %e, "raft: initializing the cluster failed");
+                        }
+                    }
+                }));
+            }
+        }
+        let (leadership, watcher) = watch_leadership(id, raft.metrics());
+        tasks.push(watcher);
+        Ok(Self {
+            id,
+            raft,
+            replica,
+            leadership,
+            election_timeout: config.election_timeout_max,
+            heartbeat: config.heartbeat,
+            tasks,
+        })
+    }
+
+    /// Replicates `command`: returns its log index once a quorum stored it and this node's
+    /// state machine applied it (read the outcome from [`replica`](Self::replica)).
+    ///
+    /// # Errors
+    /// [`ClientWriteError::ForwardToLeader`] when this node is not the leader;
+    /// [`ClientWriteError::TooLarge`] above [`MAX_COMMAND`]; [`ClientWriteError::Stopped`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: once proposed, the command may be committed and applied even if the
+    /// future is dropped (or an error is returned because leadership was lost meanwhile). A
+    /// retried command may therefore apply twice; make commands idempotent, or deduplicate in
+    /// the state machine.
+    pub async fn client_write(&self, command: Vec<u8>) -> Result<u64, ClientWriteError> {
+        if command.len() > MAX_COMMAND {
+            return Err(ClientWriteError::TooLarge { len: command.len(), max: MAX_COMMAND });
+        }
+        match self.raft.client_write(Command(command)).await {
+            Ok(resp) => Ok(resp.log_id.index),
+            Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f))) => {
+                Err(ClientWriteError::ForwardToLeader(hint(f)))
+            }
+            Err(RaftError::APIError(e)) => Err(ClientWriteError::Raft(e.to_string())),
+            Err(RaftError::Fatal(e)) => Err(ClientWriteError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Confirms with a quorum that this node is still the leader and waits until its state
+    /// machine has applied everything committed so far; returns that log index. After it, a
+    /// read of [`replica`](Self::replica) is linearizable.
+    ///
+    /// # Errors
+    /// [`ClientWriteError::ForwardToLeader`] when this node is not the leader;
+    /// [`ClientWriteError::Raft`] when no quorum answered; [`ClientWriteError::Stopped`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn barrier(&self) -> Result<Option<u64>, ClientWriteError> {
+        match self.raft.ensure_linearizable().await {
+            Ok(log_id) => Ok(log_id.map(|l| l.index)),
+            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
+                Err(ClientWriteError::ForwardToLeader(hint(f)))
+            }
+            Err(RaftError::APIError(e)) => Err(ClientWriteError::Raft(e.to_string())),
+            Err(RaftError::Fatal(e)) => Err(ClientWriteError::Stopped(e.to_string())),
+        }
+    }
+
+    /// Adds node `id`, reachable at `addr`, as a learner: it receives the log (or a snapshot)
+    /// but does not vote. With `blocking`, returns once it has caught up with the leader. Run
+    /// on the leader (`locksmith cluster add`, step one).
+    ///
+    /// # Errors
+    /// [`MembershipError::ForwardToLeader`], [`MembershipError::Rejected`],
+    /// [`MembershipError::Stopped`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the learner may be added anyway.
+    pub async fn add_learner(&self, id: NodeId, addr: String, blocking: bool) -> Result<(), MembershipError> {
+        membership_result(self.raft.add_learner(id, BasicNode::new(addr), blocking).await)
+    }
+
+    /// Makes `voters` the voting members, through a joint configuration. Nodes new to the
+    /// voters must be learners already. With `retain`, removed voters stay as learners;
+    /// otherwise they leave the cluster. Run on the leader (`locksmith cluster add`, step two;
+    /// `locksmith cluster remove`).
+    ///
+    /// # Errors
+    /// [`MembershipError::ForwardToLeader`], [`MembershipError::Rejected`] (another change in
+    /// progress, a voter that is not a learner yet, no voters), [`MembershipError::Stopped`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the change may complete anyway, or stop in the joint configuration
+    /// (which the next change completes).
+    pub async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), MembershipError> {
+        membership_result(self.raft.change_membership(voters, retain).await)
+    }
+
+    /// The application's state and the log position it reflects. Lock it briefly: applying
+    /// committed commands waits for the lock.
+    pub fn replica(&self) -> &Arc<Mutex<Replica<M>>> {
+        &self.replica
+    }
+}
+
+impl<M> RaftNode<M> {
+    /// This node's id.
+    pub fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Whether this node believes it is the leader (it may have been deposed without knowing
+    /// yet, for up to an election timeout; see [`RaftNode::barrier`]).
+    pub fn is_leader(&self) -> bool {
+        self.leadership.borrow().is_leader
+    }
+
+    /// A watch of this node's [`Leadership`]: term, leader id, whether it leads and is ready.
+    pub fn leadership(&self) -> watch::Receiver<Leadership> {
+        self.leadership.clone()
+    }
+
+    /// openraft's full metrics (log indexes, replication progress, membership).
+    pub fn metrics(&self) -> watch::Receiver<RaftMetrics<NodeId, Node>> {
+        self.raft.metrics()
+    }
+
+    /// The longest a follower waits for a leader before standing for election
+    /// ([`NodeConfig::election_timeout_max`]). It is also the leader lease of openraft 0.9:
+    /// a voter that heard from a leader within it refuses to vote for another candidate.
+    pub fn election_timeout(&self) -> Duration {
+        self.election_timeout
+    }
+
+    /// How long a cluster is typically without a serving leader after its leader fails:
+    /// voters keep the old leader's lease for one [`election_timeout`](Self::election_timeout)
+    /// after its last heartbeat, so a candidate that stood earlier is refused and stands again
+    /// after another one; then the new leader commits its first entry (a heartbeat interval is
+    /// ample on a LAN). `2 × election_timeout_max + heartbeat`: 1.7 s with the defaults, where
+    /// the cluster tests measure 1.3–1.4 s. After a leader change, extend every lease by at
+    /// least this (Chubby's grace period): clients may have been unable to renew for that
+    /// long. Not a hard bound: Raft guarantees no election time (split votes repeat, a
+    /// partition lasts as long as it lasts).
+    pub fn failover_time(&self) -> Duration {
+        2 * self.election_timeout + self.heartbeat
+    }
+
+    /// The `locksmith.raft.v1.Raft` gRPC service of this node, to add to the application's
+    /// tonic router (with its TLS) on the address the cluster knows the node by.
+    pub fn service(&self) -> RaftServer<RaftService> {
+        RaftService::new(self.id, self.raft.clone()).into_server()
+    }
+
+    /// The openraft handle, for what this API does not cover.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// Stops the node: openraft's tasks end and release the data directory (a new node may
+    /// start on it while this handle lives). Pending and later calls fail with
+    /// [`ClientWriteError::Stopped`] or [`MembershipError::Stopped`]; the application should
+    /// also stop serving [`service`](Self::service).
+    ///
+    /// # Errors
+    /// openraft's core task had panicked.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: shutting down goes on; call it again to wait for it.
+    pub async fn shutdown(&self) -> Result<(), String> {
+        // The leadership watch publishes `stopped` by itself once openraft's metrics close.
+        self.raft.shutdown().await.map_err(|e| e.to_string())
+    }
+}
+
+/// Initializes the cluster with `members`, unless another node's initialization got here first.
+async fn initialize(raft: &Raft, members: BTreeMap<NodeId, Node>) -> Result<(), String> {
+    match raft.initialize(members).await {
+        Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn hint(f: ForwardToLeader<NodeId, Node>) -> LeaderHint {
+    LeaderHint { id: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
+}
+
+fn membership_result<T>(
+    r: Result<T, RaftError<NodeId, openraft::error::ClientWriteError<NodeId, Node>>>,
+) -> Result<(), MembershipError> {
+    match r {
+        Ok(_) => Ok(()),
+        Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f))) => {
+            Err(MembershipError::ForwardToLeader(hint(f)))
+        }
+        Err(RaftError::APIError(e)) => Err(MembershipError::Rejected(e.to_string())),
+        Err(RaftError::Fatal(e)) => Err(MembershipError::Stopped(e.to_string())),
+    }
+}
+
+/// Follows openraft's metrics and publishes [`Leadership`] when it changes.
+fn watch_leadership(
+    id: NodeId,
+    mut metrics: watch::Receiver<RaftMetrics<NodeId, Node>>,
+) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
+    let (tx, rx) = watch::channel(Leadership::from_metrics(id, &metrics.borrow_and_update()));
+    let task = tokio::spawn(async move {
+        loop {
+            let closed = metrics.changed().await.is_err();
+            let mut now = Leadership::from_metrics(id, &metrics.borrow_and_update());
+            if closed {
+                now = Leadership { is_leader: false, ready: false, stopped: true, ..now };
+            }
+            tx.send_if_modified(|l| {
+                let changed = *l != now;
+                *l = now;
+                changed
+            });
+            if closed {
+                break;
+            }
+        }
+    });
+    (rx, task)
+}

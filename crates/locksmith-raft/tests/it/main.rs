@@ -1,0 +1,7 @@
+//! Integration tests, in one binary so that they share one link and run concurrently (the
+//! storage suite mostly sleeps; the clusters mostly wait on timers and fdatasync).
+
+mod cluster;
+mod common;
+mod node;
+mod storage_suite;

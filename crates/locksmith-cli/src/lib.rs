@@ -117,7 +117,8 @@ pub fn main() -> ExitCode {
         }
     }
     let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG").unwrap_or_else(|_| {
-        let default = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+        // openraft narrates every vote at info: a cluster node logs its own view of that.
+        let default = if matches!(cli.command, Command::Serve(_)) { "info,openraft=warn" } else { "warn" };
         tracing_subscriber::EnvFilter::new(default)
     });
     // Colour codes only for a person at a terminal, never into log files or pipes.

@@ -114,9 +114,41 @@ pub struct ServeArgs {
     /// Waiters queued on one lock.
     #[arg(long, env = "LOCKSMITH_MAX_WAITERS_PER_LOCK", value_name = "N", default_value_t = lock_limits().max_waiters_per_lock as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_waiters_per_lock: u64,
+    /// This node's id in a cluster (with --peers).
+    #[arg(long, env = "LOCKSMITH_NODE_ID", value_name = "N", requires = "peers")]
+    pub node_id: Option<u64>,
+    /// Every node of a cluster, this one included: `ID=HOST:PORT,…` (the address where each
+    /// node's server listens; clients and peers use it). Replicates the lock service with Raft:
+    /// start every node with the same list.
+    #[arg(long, env = "LOCKSMITH_PEERS", value_name = "ID=HOST:PORT,…", requires = "node_id", value_parser = peers_arg)]
+    pub peers: Option<Peers>,
     /// Holds plus queued acquires of one session.
     #[arg(long, env = "LOCKSMITH_MAX_ENTRIES_PER_SESSION", value_name = "N", default_value_t = lock_limits().max_entries_per_session as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_entries_per_session: u64,
+}
+
+/// The nodes of a cluster: id → `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Peers(pub std::collections::BTreeMap<u64, String>);
+
+/// Parses `--peers`: `ID=HOST:PORT` items separated by commas.
+fn peers_arg(s: &str) -> Result<Peers, String> {
+    let mut peers = std::collections::BTreeMap::new();
+    for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+        let (id, addr) =
+            item.split_once('=').ok_or_else(|| format!("{item:?} is not ID=HOST:PORT (e.g. 1=10.0.0.1:7531)"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("{id:?} is not a node id (a number) in {item:?}"))?;
+        let addr = addr.trim();
+        let (_, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr:?} is not HOST:PORT in {item:?}"))?;
+        port.parse::<u16>().map_err(|_| format!("{port:?} is not a port number in {item:?}"))?;
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("node {id} is listed twice"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("no peers given".into());
+    }
+    Ok(Peers(peers))
 }
 
 /// The lock service's bounds, for the flags' defaults.
@@ -274,6 +306,13 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let mut opts =
         locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net).limits(limits);
+    if let (Some(id), Some(Peers(peers))) = (args.node_id, args.peers) {
+        if !peers.contains_key(&id) {
+            eprintln!("locksmith serve: --node-id {id} is not among --peers");
+            return ExitCode::from(exit::USAGE);
+        }
+        opts = opts.cluster(locksmith_server::cluster::ClusterOptions::new(id, peers));
+    }
     if let Some(tls) = tls {
         opts = opts.tls(tls);
     }

@@ -1,7 +1,9 @@
 //! `locksmith://host:port`: the native server over gRPC, one session stream per session;
 //! `locksmiths://host:port[?ca=FILE&cert=FILE&key=FILE]` (or `locksmith://…?tls=true`) over TLS.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -28,19 +30,39 @@ pub struct NativeBackend {
 #[derive(Debug)]
 struct GrpcConnector {
     url: String,
-    endpoint: Endpoint,
-    /// Created on first use: a channel needs a running tokio runtime, a URL does not.
-    channel: std::sync::OnceLock<Channel>,
-    /// Where to run a TLS probe after a failure: host, port and the TLS files; `None` for
-    /// plain HTTP/2 (a dropped connection may then be a TLS-only server, worth a hint).
-    tls: Option<(String, u16, TlsFiles)>,
+    /// One server, or the nodes of a cluster (calls go to the one that leads).
+    peers: Vec<Peer>,
+    /// The peer calls go to first: the last one that answered, or that a node named leader.
+    current: AtomicUsize,
     /// `authorization: Bearer …` for every call. A secret: the connector's `Debug` skips it.
     token: Option<MetadataValue<Ascii>>,
 }
 
-impl GrpcConnector {
+/// One server address.
+#[derive(Debug)]
+struct Peer {
+    /// `host:port` as a cluster node names its leader.
+    addr: String,
+    endpoint: Endpoint,
+    /// Created on first use: a channel needs a running tokio runtime, a URL does not.
+    channel: OnceLock<Channel>,
+    /// Where to run a TLS probe after a failure: host, port and the TLS files; `None` for
+    /// plain HTTP/2 (a dropped connection may then be a TLS-only server, worth a hint).
+    tls: Option<(String, u16, TlsFiles)>,
+}
+
+impl Peer {
     fn channel(&self) -> Channel {
         self.channel.get_or_init(|| self.endpoint.connect_lazy()).clone()
+    }
+
+    fn fresh(&self) -> Self {
+        Self {
+            addr: self.addr.clone(),
+            endpoint: self.endpoint.clone(),
+            channel: OnceLock::new(),
+            tls: self.tls.clone(),
+        }
     }
 }
 
@@ -85,14 +107,15 @@ impl NativeBackend {
             },
         };
         u.refuse_extras(false, false, false)?;
-        let [host] = u.hosts() else {
-            return Err(u.invalid("expected one host: locksmith://host:port".into()));
-        };
+        let hosts: Vec<(String, u16)> = u.hosts().iter().map(|h| (h.host.clone(), h.port)).collect();
+        if hosts.is_empty() {
+            return Err(u.invalid("expected host:port, or a cluster's host:port,host:port,…".into()));
+        }
         let describe = match (&tls, u.scheme().tls) {
             (Some(_), false) => u.describe(&[("tls", "true")]),
             _ => u.describe(&[]),
         };
-        let mut backend = Self::build(host.host.clone(), host.port, tls, describe)?;
+        let mut backend = Self::build(hosts, tls, describe)?;
         if let Some(inner) = Arc::get_mut(&mut backend.inner) {
             inner.token = token;
         }
@@ -109,9 +132,8 @@ impl NativeBackend {
             .ok_or_else(|| Error::InvalidArgument("locksmith: the token is not printable ASCII".into()))?;
         let inner = GrpcConnector {
             url: self.inner.url.clone(),
-            endpoint: self.inner.endpoint.clone(),
-            channel: std::sync::OnceLock::new(),
-            tls: self.inner.tls.clone(),
+            peers: self.inner.peers.iter().map(Peer::fresh).collect(),
+            current: AtomicUsize::new(self.inner.current.load(Ordering::Relaxed)),
             token: Some(value),
         };
         Ok(Self { inner: Arc::new(inner) })
@@ -129,12 +151,20 @@ impl NativeBackend {
         let [host] = u.hosts() else {
             return Err(Error::InvalidArgument(format!("locksmith: expected one host:port, got {authority:?}")));
         };
-        Self::build(host.host.clone(), host.port, Some(tls), u.describe(&[]))
+        Self::build(vec![(host.host.clone(), host.port)], Some(tls), u.describe(&[]))
     }
 
-    fn build(host: String, port: u16, tls: Option<TlsFiles>, url: String) -> Result<Self> {
+    fn build(hosts: Vec<(String, u16)>, tls: Option<TlsFiles>, url: String) -> Result<Self> {
+        let peers = hosts
+            .into_iter()
+            .map(|(host, port)| Self::peer(host, port, tls.clone(), &url))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self { inner: Arc::new(GrpcConnector { url, peers, current: AtomicUsize::new(0), token: None }) })
+    }
+
+    fn peer(host: String, port: u16, tls: Option<TlsFiles>, url: &str) -> Result<Peer> {
         let bad = |e: tonic::transport::Error| Error::InvalidUrl {
-            url: url.clone(),
+            url: url.to_string(),
             reason: locksmith_core::error_chain(&e),
         };
         // An IPv6 literal keeps its brackets in a URI; the certificate is checked against the
@@ -157,18 +187,12 @@ impl NativeBackend {
                 config = config.identity(Identity::from_pem(cert, key));
             }
             endpoint = endpoint.tls_config(config).map_err(|e| Error::Config {
-                backend: url.clone(),
+                backend: url.to_string(),
                 message: format!("TLS settings refused: {}", locksmith_core::error_chain(&e)),
             })?;
         }
         let tls = tls.map(|t| (host.trim_start_matches('[').trim_end_matches(']').to_string(), port, t));
-        Ok(Self {
-            inner: Arc::new(GrpcConnector { url, endpoint, channel: std::sync::OnceLock::new(), tls, token: None }),
-        })
-    }
-
-    fn unavailable(&self, e: impl std::fmt::Display) -> Error {
-        Error::Unavailable { backend: self.inner.url.clone(), message: e.to_string() }
+        Ok(Peer { addr: format!("{host}:{port}"), endpoint, channel: OnceLock::new(), tls })
     }
 }
 
@@ -207,17 +231,20 @@ impl GrpcConnector {
     ///
     /// A TLS connection the server closed gets one direct handshake to learn why (see
     /// `locksmith_core::driver::tls_probe`): a refused or missing client certificate only shows there.
-    async fn transport_error(&self, s: &tonic::Status) -> Error {
+    async fn transport_error(&self, peer: &Peer, s: &tonic::Status) -> Error {
+        if s.code() == tonic::Code::InvalidArgument {
+            return Error::InvalidArgument(s.message().to_string());
+        }
         if matches!(s.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) {
             return Error::Auth { backend: self.url.clone(), message: s.message().to_string() };
         }
         if let Some(f) = locksmith_core::driver::tls_failure(s, "locksmith") {
-            let no_cert = self.tls.as_ref().is_none_or(|(_, _, t)| t.identity.is_none());
+            let no_cert = peer.tls.as_ref().is_none_or(|(_, _, t)| t.identity.is_none());
             return if no_cert { f.without_client_cert() } else { f }.into_error(self.url.clone());
         }
         let mut message = status_message(s);
         let dropped = locksmith_core::driver::connection_dropped(&message);
-        match &self.tls {
+        match &peer.tls {
             Some((host, port, files)) if dropped => {
                 if let Some(f) = locksmith_core::driver::tls_probe(host, *port, files, "locksmith").await {
                     return f.into_error(self.url.clone());
@@ -229,6 +256,56 @@ impl GrpcConnector {
             _ => {}
         }
         Error::Unavailable { backend: self.url.clone(), message }
+    }
+
+    /// Runs `call` on the peer that leads: first the current one; a node that does not lead and
+    /// names the leader sends it there, one that cannot be reached (or knows no leader yet, in
+    /// an election) to the next listed node. A cluster is tried round after round, with a short
+    /// pause between rounds, until `limit` has passed; a single server is tried once, within
+    /// `limit`.
+    async fn on_leader<T, F, Fut>(&self, limit: Duration, mut call: F) -> Result<T>
+    where
+        F: FnMut(LocksmithClient<Channel>) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        let n = self.peers.len().max(1);
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut pause = Duration::from_millis(25);
+        let mut since_round = 0;
+        loop {
+            let i = self.current.load(Ordering::Relaxed) % n;
+            let Some(peer) = self.peers.get(i) else {
+                return Err(Error::Internal("a native backend without a server address".into()));
+            };
+            let failure = match tokio::time::timeout_at(deadline, call(LocksmithClient::new(peer.channel()))).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(s)) => s,
+                Err(_) => tonic::Status::unavailable("no answer"),
+            };
+            // Anything but a refusal of this client (its input, its credentials) may be this
+            // node alone: a connection refused or reset, no answer, a node that does not lead.
+            let refused = matches!(
+                failure.code(),
+                tonic::Code::InvalidArgument | tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
+            );
+            if n == 1 || refused || tokio::time::Instant::now() >= deadline {
+                return Err(self.transport_error(peer, &failure).await);
+            }
+            let hinted = failure
+                .metadata()
+                .get(locksmith_proto::LEADER_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|leader| self.peers.iter().position(|p| p.addr == leader))
+                .filter(|j| *j != i);
+            self.current.store(hinted.unwrap_or((i + 1) % n), Ordering::Relaxed);
+            since_round += 1;
+            if hinted.is_none() && since_round >= n {
+                // Every node said no: an election is under way. Wait a moment.
+                since_round = 0;
+                tokio::time::sleep(pause.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
+        }
     }
 }
 
@@ -243,16 +320,16 @@ impl Connector for GrpcConnector {
     }
 
     async fn connect(&self) -> Result<Transport> {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let mut client = LocksmithClient::new(self.channel());
-        let response =
-            tokio::time::timeout(CONNECT_TIMEOUT, client.session(self.request(UnboundedReceiverStream::new(rx))))
-                .await
-                .map_err(|_| Error::Unavailable { backend: self.url.clone(), message: "no answer".into() })?;
-        let response = match response {
-            Ok(r) => r,
-            Err(s) => return Err(self.transport_error(&s).await),
-        };
+        let mut sender = None;
+        let response = self
+            .on_leader(CONNECT_TIMEOUT, |mut client| {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                sender = Some(tx);
+                let request = self.request(UnboundedReceiverStream::new(rx));
+                async move { client.session(request).await }
+            })
+            .await?;
+        let tx = sender.ok_or_else(|| Error::Internal("a session stream without its sender".into()))?;
         let url = self.url.clone();
         let inbound = response.into_inner().map(move |item| {
             item.map_err(|s| Error::Unavailable { backend: url.clone(), message: status_message(&s) })
@@ -292,17 +369,15 @@ impl Backend for NativeBackend {
 
     /// The server's `Observe` stream: each change of `name`'s holders once it is durable.
     async fn observe(&self, name: &LockName) -> Result<tokio::sync::mpsc::Receiver<Result<LockStatus>>> {
-        let mut client = LocksmithClient::new(self.inner.channel());
         let req = StatusRequest { name: name.as_str().to_string(), ..Default::default() };
-        let mut stream = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.observe(self.inner.request(req))).await
-        {
-            Err(_) => return Err(self.unavailable("no answer")),
-            Ok(Ok(resp)) => resp.into_inner(),
-            Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
-                return Err(Error::InvalidArgument(s.message().to_string()))
-            }
-            Ok(Err(s)) => return Err(self.inner.transport_error(&s).await),
-        };
+        let inner = &self.inner;
+        let mut stream = inner
+            .on_leader(CONNECT_TIMEOUT * 2, |mut client| {
+                let request = inner.request(req.clone());
+                async move { client.observe(request).await }
+            })
+            .await?
+            .into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         let url = self.inner.url.clone();
         tokio::spawn(async move {
@@ -327,23 +402,22 @@ impl Backend for NativeBackend {
     /// One lock, or every lock the server lets this client observe: the server answers a
     /// listing page by page, and this follows the pages to the end.
     async fn status(&self, name: Option<&LockName>) -> Result<Vec<LockStatus>> {
-        let mut client = LocksmithClient::new(self.inner.channel());
         let mut all = Vec::new();
         let mut after = String::new();
+        let inner = &self.inner;
         loop {
             let req = StatusRequest {
                 name: name.map(|n| n.as_str().to_string()).unwrap_or_default(),
                 after: std::mem::take(&mut after),
                 limit: 0,
             };
-            let resp = match tokio::time::timeout(CONNECT_TIMEOUT * 2, client.status(self.inner.request(req))).await {
-                Err(_) => return Err(self.unavailable("no answer")),
-                Ok(Ok(resp)) => resp.into_inner(),
-                Ok(Err(s)) if s.code() == tonic::Code::InvalidArgument => {
-                    return Err(Error::InvalidArgument(s.message().to_string()))
-                }
-                Ok(Err(s)) => return Err(self.inner.transport_error(&s).await),
-            };
+            let resp = inner
+                .on_leader(CONNECT_TIMEOUT * 2, |mut client| {
+                    let request = inner.request(req.clone());
+                    async move { client.status(request).await }
+                })
+                .await?
+                .into_inner();
             all.extend(resp.locks.into_iter().map(crate::convert::from_wire));
             if resp.next.is_empty() || name.is_some() {
                 return Ok(all);

@@ -9,3 +9,7 @@ tonic::include_proto!("locksmith.v1");
 pub mod wal {
     tonic::include_proto!("locksmith.wal.v1");
 }
+
+/// The metadata key of an `UNAVAILABLE` answer from a cluster node that does not lead the
+/// cluster: the leader's `host:port`, where the client should go instead.
+pub const LEADER_HEADER: &str = "locksmith-leader";

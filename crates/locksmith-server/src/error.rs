@@ -27,6 +27,12 @@ pub enum ServerError {
     /// The lock service has stopped; it answers no more requests.
     #[error("lock service stopped")]
     Stopped,
+    /// This cluster node does not serve clients (it does not lead).
+    #[error("this node does not lead the cluster{}", .leader.as_ref().map(|l| format!("; the leader is at {l}")).unwrap_or_default())]
+    NotServing {
+        /// Where the leader is, when known.
+        leader: Option<String>,
+    },
     /// The lock service task or the log writer thread ended abnormally (a panic, or an end
     /// nobody asked for).
     #[error("i/o error: {0}")]
@@ -59,6 +65,9 @@ impl From<ServerError> for locksmith_core::Error {
             ServerError::WriterStopped => other("write-ahead log writer has stopped".into()),
             ServerError::Stopped => {
                 Error::Unavailable { backend: "locksmith".into(), message: "lock service stopped".into() }
+            }
+            e @ ServerError::NotServing { .. } => {
+                Error::Unavailable { backend: "locksmith".into(), message: e.to_string() }
             }
             ServerError::Failed(m) => other(m),
             ServerError::Transport(e) => Error::Io(std::io::Error::other(e)),

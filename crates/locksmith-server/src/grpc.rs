@@ -43,6 +43,16 @@ impl Grpc {
         LocksmithServer::new(Self { service, auth, limits }).max_decoding_message_size(MAX_MESSAGE_SIZE)
     }
 
+    /// `UNAVAILABLE` naming the leader (metadata [`LEADER_HEADER`]) when this node does not
+    /// serve clients: a cluster follower. Clients retry at the leader.
+    fn serving(&self) -> Result<(), Status> {
+        let serving = self.service.serving();
+        if serving.serving {
+            return Ok(());
+        }
+        Err(not_serving(serving.leader))
+    }
+
     /// The caller's principal (`None` without an auth policy), or `UNAUTHENTICATED`.
     fn principal<T>(&self, request: &Request<T>) -> Result<Option<Principal>, Status> {
         let Some(auth) = &self.auth else { return Ok(None) };
@@ -77,6 +87,7 @@ impl Locksmith for Grpc {
     /// Cancel safe: it awaits nothing; the stream is served by a spawned task until it ends.
     async fn session(&self, request: Request<Streaming<ClientMessage>>) -> Result<Response<Outbound>, Status> {
         let principal = self.principal(&request)?;
+        self.serving()?;
         let caller = Caller { principal, peer: request.remote_addr().map(|a| a.ip()) };
         let inbound = request.into_inner().map(|r| r.map_err(inbound_error));
         let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
@@ -93,6 +104,7 @@ impl Locksmith for Grpc {
     /// Cancel safe: it awaits nothing; the service feeds the stream until the client drops it.
     async fn observe(&self, request: Request<StatusRequest>) -> Result<Response<Outbound>, Status> {
         let principal = self.principal(&request)?;
+        self.serving()?;
         let name = match pb_impl::status_query(request.into_inner()) {
             Ok(StatusQuery::One(name)) => name,
             Ok(_) => return Err(Status::invalid_argument("observe needs a lock name")),
@@ -119,6 +131,7 @@ impl Locksmith for Grpc {
     /// Cancel safe: read only.
     async fn status(&self, request: Request<StatusRequest>) -> Result<Response<StatusResponse>, Status> {
         let principal = self.principal(&request)?;
+        self.serving()?;
         let query = pb_impl::status_query(request.into_inner()).map_err(|e| Status::invalid_argument(e.to_string()))?;
         if let (Some(p), StatusQuery::One(n)) = (&principal, &query) {
             if !p.may_observe(n.as_str()) {
@@ -126,12 +139,11 @@ impl Locksmith for Grpc {
             }
         }
         // A principal sees only what it may observe.
-        let page = self
-            .service
-            .status_page(query, principal)
-            .await
+        let page = self.service.status_page(query, principal).await.map_err(|e| match e {
+            crate::ServerError::NotServing { leader } => not_serving(leader),
             // The client's error text, as before there was a server error type.
-            .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
+            e => Status::unavailable(locksmith_core::Error::from(e).to_string()),
+        })?;
         Ok(Response::new(page.into()))
     }
 }
@@ -157,4 +169,16 @@ fn end_status(end: StreamEnd) -> Status {
         StreamEnd::Invalid(_) => Status::invalid_argument(message),
         _ => Status::unavailable(message),
     }
+}
+
+/// The metadata key of an `UNAVAILABLE` answer from a cluster node that does not lead: the
+/// leader's `host:port`.
+pub use locksmith_proto::LEADER_HEADER;
+
+fn not_serving(leader: Option<String>) -> Status {
+    let mut status = Status::unavailable(crate::ServerError::NotServing { leader: leader.clone() }.to_string());
+    if let Some(value) = leader.and_then(|l| tonic::metadata::MetadataValue::try_from(l).ok()) {
+        status.metadata_mut().insert(LEADER_HEADER, value);
+    }
+    status
 }

@@ -34,6 +34,7 @@
 mod accept;
 pub mod auth;
 mod clients;
+pub mod cluster;
 mod connection;
 mod error;
 pub mod grpc;
@@ -55,4 +56,4 @@ pub use machine::Durability;
 pub use net_limits::NetLimits;
 pub use outbox::{Outbox, OutboxStream, StreamEnd};
 pub use serve::{serve, ServeOptions, ServerTls};
-pub use service::Service;
+pub use service::{Service, Serving};

@@ -35,6 +35,8 @@ pub struct ServeOptions {
     pub auth: Option<crate::auth::Auth>,
     /// Bounds on connections and streams.
     pub net: NetLimits,
+    /// This node's part in a cluster; `None`: a single node.
+    pub cluster: Option<crate::cluster::ClusterOptions>,
 }
 
 /// The server's TLS material, PEM: its certificate chain and key, and optionally the CA whose
@@ -90,7 +92,14 @@ impl ServeOptions {
             tls: None,
             auth: None,
             net: NetLimits::default(),
+            cluster: None,
         }
+    }
+
+    /// The same options for node `cluster.node_id` of a cluster.
+    pub fn cluster(mut self, cluster: crate::cluster::ClusterOptions) -> Self {
+        self.cluster = Some(cluster);
+        self
     }
 
     /// The same options with other connection and stream bounds.
@@ -159,7 +168,16 @@ pub async fn serve(
             ServerError::Config(format!("TLS certificate or key unusable: {}", locksmith_core::error_chain(&e)))
         })?;
     }
-    let (service, mut task) = Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?;
+    let mut raft = None;
+    let (service, mut task) = match &opts.cluster {
+        None => Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?,
+        Some(cluster) => {
+            let node = start_raft(&opts, cluster).await?;
+            let (service, task) = Service::start_cluster(node.clone(), opts.limits.clone(), cluster.peers.clone());
+            raft = Some(node);
+            (service, task)
+        }
+    };
     let addr = listener.local_addr()?;
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), tls = opts.tls.is_some(), "locksmith server listening");
     tracing::info!(
@@ -180,6 +198,8 @@ pub async fn serve(
     let router = builder
         .add_service(health_service)
         .add_service(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone()))
+        // Peers reach a cluster node on the same port, through the same TLS.
+        .add_optional_service(raft.as_ref().map(|node| node.service()))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });
@@ -209,11 +229,63 @@ pub async fn serve(
         }
     };
     service.shutdown();
+    if let Some(node) = &raft {
+        if let Err(e) = node.shutdown().await {
+            tracing::warn!(error = %e, "raft node did not stop cleanly");
+        }
+    }
     let finished = tokio::time::timeout(Duration::from_secs(10), task)
         .await
         .map_err(|_| ServerError::Failed("lock service did not stop in 10 s".into()))?;
     task_result(finished)?;
     served
+}
+
+/// Starts this node's Raft node in `<data-dir>/raft`; over TLS to its peers when the server
+/// serves TLS (its own certificate as the client certificate, its `--client-ca` as the peers'
+/// authority: every node's certificate must be signed by it).
+async fn start_raft(
+    opts: &ServeOptions,
+    cluster: &crate::cluster::ClusterOptions,
+) -> Result<std::sync::Arc<locksmith_raft::RaftNode<crate::cluster::ReplicaMachine>>, ServerError> {
+    if opts.durability != Durability::Grants {
+        return Err(ServerError::Config(
+            "a cluster replicates every grant: --durability leases is for a single node".into(),
+        ));
+    }
+    let mut config = locksmith_raft::NodeConfig::default();
+    if let Some(tls) = &opts.tls {
+        let ca = tls.client_ca.as_ref().ok_or_else(|| {
+            ServerError::Config(
+                "a cluster over TLS needs --client-ca: the authority that signed every node's certificate (nodes \
+                 authenticate each other with them)"
+                    .into(),
+            )
+        })?;
+        config.tls = Some(
+            tonic::transport::ClientTlsConfig::new()
+                .ca_certificate(tonic::transport::Certificate::from_pem(ca))
+                .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key)),
+        );
+    }
+    std::fs::create_dir_all(&opts.data_dir)?;
+    let machine = crate::cluster::ReplicaMachine::new(opts.limits.clone());
+    let node = locksmith_raft::RaftNode::start(
+        cluster.node_id,
+        opts.data_dir.join("raft"),
+        cluster.peers.clone(),
+        config,
+        machine,
+    )
+    .await
+    .map_err(|e| match e {
+        locksmith_raft::StartError::Store(locksmith_raft::StoreError::Corrupt(m)) => ServerError::Corrupt(m),
+        locksmith_raft::StartError::Store(locksmith_raft::StoreError::InUse(path)) => ServerError::InUse(path),
+        locksmith_raft::StartError::Config(m) => ServerError::Config(m),
+        other => ServerError::Failed(format!("raft: {other}")),
+    })?;
+    tracing::info!(node = cluster.node_id, peers = ?cluster.peers, "cluster node started");
+    Ok(std::sync::Arc::new(node))
 }
 
 /// Tells health checkers that the lock service is gone (or going).

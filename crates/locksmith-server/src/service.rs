@@ -4,18 +4,20 @@
 //! connection tasks decoded (`pb_impl`); the task completes each request with its session and
 //! message id into a machine command, and turns the answer back into a message.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use locksmith_proto::ServerMessage;
-use tokio::sync::{mpsc, oneshot};
+use locksmith_raft::{Leadership, RaftNode};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::Principal;
 pub(crate) use crate::outbox::Outbox;
 
+use crate::cluster::ReplicaMachine;
 use crate::error::ServerError;
 use crate::machine::{
     Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
@@ -65,13 +67,33 @@ pub struct Service {
     tx: mpsc::Sender<Command>,
     next_conn: Arc<AtomicU64>,
     stop: Arc<tokio::sync::Notify>,
+    serving: watch::Receiver<Serving>,
+}
+
+/// Whether this service answers clients: always for a single node; in a cluster only on the
+/// leader, once its machine is built from the committed state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Serving {
+    /// It answers clients.
+    pub serving: bool,
+    /// Where the leader is (`host:port`), when known and elsewhere.
+    pub leader: Option<String>,
+}
+
+/// A cluster node's part in the service: its Raft node and whether it serves.
+struct Role {
+    node: Arc<RaftNode<ReplicaMachine>>,
+    leadership: watch::Receiver<Leadership>,
+    peers: BTreeMap<u64, String>,
+    serving: bool,
 }
 
 impl Service {
     /// Starts a service whose state lives only in memory (for `memory://` and tests).
     pub fn start_in_memory(limits: Limits) -> Self {
         let machine = Machine::new(limits, 1);
-        let (svc, task) = Self::spawn(machine, Sink::Direct);
+        let (svc, task) = Self::spawn(machine, Sink::Direct, None);
         drop(task);
         svc
     }
@@ -94,13 +116,31 @@ impl Service {
         let file = data.rewrite(&snapshot)?;
         tracing::info!(dir = %dir.display(), records = restored, epoch = machine.epoch(), "data directory restored");
         let sink = Sink::durable(data, file);
-        Ok(Self::spawn(machine, sink))
+        Ok(Self::spawn(machine, sink, None))
     }
 
-    fn spawn(machine: Machine, sink: Sink) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
+    /// Starts the service of a cluster node over its Raft `node`: it serves clients while this
+    /// node leads (see `crate::cluster`), and tells them where the leader is otherwise.
+    /// `peers` maps node ids to the addresses clients reach them at.
+    pub fn start_cluster(
+        node: Arc<RaftNode<ReplicaMachine>>,
+        limits: Limits,
+        peers: BTreeMap<u64, String>,
+    ) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
+        let sink = Sink::Cluster(crate::cluster::committer::start(node.clone()));
+        let role = Role { leadership: node.leadership(), node, peers, serving: false };
+        Self::spawn(Machine::new(limits, 0), sink, Some(role))
+    }
+
+    fn spawn(
+        machine: Machine,
+        sink: Sink,
+        cluster: Option<Role>,
+    ) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
         let (tx, rx) = mpsc::channel(COMMAND_QUEUE);
         let stop = Arc::new(tokio::sync::Notify::new());
         let per_client = machine.limits().max_sessions_per_client;
+        let (serving_tx, serving) = watch::channel(Serving { serving: cluster.is_none(), leader: None });
         let actor = Actor {
             machine,
             sink,
@@ -111,9 +151,16 @@ impl Service {
             observers: HashMap::new(),
             clients: crate::clients::Clients::new(per_client),
             telemetry: Default::default(),
+            cluster,
+            serving: serving_tx,
         };
         let task = tokio::spawn(actor.run(rx, stop.clone()));
-        (Self { tx, next_conn: Arc::new(AtomicU64::new(1)), stop }, task)
+        (Self { tx, next_conn: Arc::new(AtomicU64::new(1)), stop, serving }, task)
+    }
+
+    /// Whether it answers clients now, and where the leader is otherwise.
+    pub fn serving(&self) -> Serving {
+        self.serving.borrow().clone()
     }
 
     /// Asks the service task to stop after the work already queued.
@@ -196,7 +243,11 @@ impl Service {
         if !self.send(Command::Status { query, principal, reply }).await {
             return Err(ServerError::Stopped);
         }
-        rx.await.map_err(|_| ServerError::Stopped)
+        // A node that does not serve drops the reply.
+        rx.await.map_err(|_| match self.serving() {
+            Serving { serving: false, leader } => ServerError::NotServing { leader },
+            _ => ServerError::Stopped,
+        })
     }
 }
 
@@ -224,6 +275,9 @@ struct Actor {
     /// Live sessions per client.
     clients: crate::clients::Clients,
     telemetry: crate::telemetry::Telemetry,
+    /// A cluster node's role; `None` for a single node, which always serves.
+    cluster: Option<Role>,
+    serving: watch::Sender<Serving>,
 }
 
 impl Actor {
@@ -250,6 +304,7 @@ impl Actor {
                     self.machine.tick(now());
                     self.collect();
                 }
+                _ = leadership_changed(&mut self.cluster) => self.follow_leadership().await,
             }
             if self.sink.wants_compaction() {
                 let snapshot = self.machine.snapshot(now());
@@ -259,6 +314,84 @@ impl Actor {
         }
         self.flush()?;
         self.sink.finish()
+    }
+
+    /// Starts or stops serving as this node's leadership says (see `crate::cluster`).
+    async fn follow_leadership(&mut self) {
+        let Some(role) = self.cluster.as_mut() else { return };
+        let l = role.leadership.borrow_and_update().clone();
+        let leader = l.leader.and_then(|id| role.peers.get(&id).cloned());
+        if l.is_leader && l.ready && !role.serving {
+            let node = role.node.clone();
+            // The committed state, as a restarted single node reads its log.
+            let records = match node.replica().lock() {
+                Ok(replica) => replica.machine().records(),
+                Err(_) => {
+                    tracing::error!("the replica's lock is poisoned; not serving");
+                    return;
+                }
+            };
+            let t = now();
+            let mut machine = Machine::restore(self.machine.limits().clone(), records, t);
+            machine.extend_sessions(t, node.failover_time());
+            // Only the new epoch is news to the log; it must be committed before a session id
+            // of this epoch is handed out.
+            let boot: Vec<Record> =
+                machine.take_records().into_iter().filter(|r| matches!(r, Record::Boot { .. })).collect();
+            if let Err(e) = node.client_write(crate::cluster::encode(&boot)).await {
+                tracing::warn!(error = %e, "could not commit the new leader's epoch; not serving yet");
+                return;
+            }
+            tracing::info!(term = l.term, epoch = machine.epoch(), "leading: serving clients");
+            self.machine = machine;
+            if let Some(role) = self.cluster.as_mut() {
+                role.serving = true;
+            }
+            self.serving.send_replace(Serving { serving: true, leader: None });
+        } else if !l.is_leader && role.serving {
+            role.serving = false;
+            tracing::info!(term = l.term, leader = ?leader, "no longer leading: streams end, clients go to the leader");
+            self.step_down();
+            self.serving.send_replace(Serving { serving: false, leader });
+        } else if !role.serving {
+            self.serving.send_replace(Serving { serving: false, leader });
+        }
+    }
+
+    /// Forgets everything a leader knew beyond the committed state: its streams end (their
+    /// clients resume on the new leader), its machine is dropped.
+    fn step_down(&mut self) {
+        let limits = self.machine.limits().clone();
+        self.machine = Machine::new(limits.clone(), 0);
+        self.conns.clear();
+        self.observers.clear();
+        self.principals.clear();
+        self.clients = crate::clients::Clients::new(limits.max_sessions_per_client);
+        self.telemetry = Default::default();
+        self.records.clear();
+        self.msgs.clear();
+    }
+
+    /// Answers what a node that does not serve (a follower) cannot: an open is told where the
+    /// leader is; a status call is dropped (its caller sees the node does not serve); the rest
+    /// belongs to streams that ended when the node stopped leading.
+    fn refuse(&mut self, cmd: Command) {
+        if let Command::Open { id, out, reply, .. } = cmd {
+            let leader = self.serving.borrow().leader.clone();
+            let r = crate::machine::Refusal::NotLeader(leader.map_or_else(
+                || "this node does not lead the cluster (no leader is known yet)".to_string(),
+                |l| format!("this node does not lead the cluster; the leader is at {l}"),
+            ));
+            if let Some(m) = Reply::Refused(r).into_message(id) {
+                out.deliver(m);
+            }
+            let _ = reply.send(None);
+        }
+    }
+
+    /// Whether this node answers clients now.
+    fn serves(&self) -> bool {
+        self.cluster.as_ref().is_none_or(|r| r.serving)
     }
 
     fn flush(&mut self) -> Result<(), ServerError> {
@@ -324,6 +457,10 @@ impl Actor {
 
     fn handle(&mut self, cmd: Command) {
         let t = now();
+        if !self.serves() {
+            self.refuse(cmd);
+            return;
+        }
         match cmd {
             Command::Observe { name, out } => {
                 self.machine.tick(t);
@@ -515,6 +652,19 @@ impl Actor {
     }
 }
 
+/// Resolves when a cluster node's leadership changes; never for a single node.
+async fn leadership_changed(cluster: &mut Option<Role>) {
+    match cluster {
+        Some(role) => {
+            if role.leadership.changed().await.is_err() {
+                // The Raft node is gone: nothing will change any more.
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use locksmith_proto::server_message::Body;
@@ -534,6 +684,8 @@ mod tests {
             observers: HashMap::new(),
             clients: crate::clients::Clients::new(usize::MAX),
             telemetry: Default::default(),
+            cluster: None,
+            serving: watch::channel(Serving { serving: true, leader: None }).0,
         }
     }
 

@@ -40,6 +40,8 @@ pub(crate) enum Sink {
         /// Batches whose messages the writer has not delivered yet.
         in_flight: Arc<AtomicUsize>,
     },
+    /// A cluster's leader: through the Raft log (see `crate::cluster::committer`).
+    Cluster(mpsc::UnboundedSender<crate::cluster::committer::Batch>),
 }
 
 impl Sink {
@@ -79,6 +81,7 @@ impl Sink {
                 }
                 Ok(())
             }
+            Sink::Cluster(tx) => tx.send((records, msgs)).map_err(|_| ServerError::WriterStopped),
             Sink::Durable { tx, failed, in_flight, .. } => {
                 let mut msgs = msgs;
                 // Only this task increments, so a zero here means every earlier message is out.
@@ -105,7 +108,7 @@ impl Sink {
 
     pub(crate) fn wants_compaction(&self) -> bool {
         match self {
-            Sink::Direct => false,
+            Sink::Direct | Sink::Cluster(_) => false,
             Sink::Durable { compact, .. } => compact.load(Ordering::Relaxed),
         }
     }

@@ -248,6 +248,28 @@ pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
     buf.extend_from_slice(&payload);
 }
 
+/// One whole frame at the start of `bytes`: the record and the bytes it took.
+///
+/// # Errors
+/// A frame cut short, too large, failing its checksum or not a record.
+pub(crate) fn decode_frame(bytes: &[u8]) -> Result<(Record, usize), String> {
+    if bytes.len() < 8 {
+        return Err("frame header cut short".into());
+    }
+    let len = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
+    let crc = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+    if len > MAX_FRAME || bytes.len() < 8 + len {
+        return Err(format!("frame of {len} bytes does not fit"));
+    }
+    let payload = &bytes[8..8 + len];
+    if crc32fast::hash(payload) != crc {
+        return Err("checksum mismatch".into());
+    }
+    let msg = wal::Record::decode(payload).map_err(|e| format!("undecodable record: {e}"))?;
+    let record = pb_impl::from_wal(msg).ok_or_else(|| "empty record".to_string())?;
+    Ok((record, 8 + len))
+}
+
 fn decode_log(bytes: &[u8]) -> Result<Log, ServerError> {
     let (generation, header) = if bytes.starts_with(MAGIC) && bytes.len() >= HEADER {
         let mut g = [0u8; 8];

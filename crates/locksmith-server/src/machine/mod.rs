@@ -193,6 +193,10 @@ pub enum Refusal {
     /// A resume with a wrong or missing secret: nothing changed.
     #[error("permission denied: {0}")]
     Denied(String),
+    /// This cluster node does not serve clients (it does not lead): the text says where the
+    /// leader is, when known.
+    #[error("{0}")]
+    NotLeader(String),
 }
 
 #[derive(Debug)]
@@ -430,6 +434,17 @@ impl Machine {
             self.emit(now, Record::Horizon { ttl, lock_delay: self.horizon.1 });
         }
         Ok((id, ttl))
+    }
+
+    /// Pushes every session's deadline to at least `now + at_least` (a new cluster leader's
+    /// grace: no client that renewed before the fail-over loses its session to it).
+    pub fn extend_sessions(&mut self, now: Instant, at_least: Duration) {
+        let until = now + at_least;
+        for (id, s) in self.sessions.iter_mut().filter(|(_, s)| s.deadline < until) {
+            self.deadlines.remove(&(s.deadline, *id));
+            s.deadline = until;
+            self.deadlines.insert((until, *id));
+        }
     }
 
     /// Renews a session's lease from `now`.

@@ -96,7 +96,9 @@ impl Machine {
 
     /// The current state at `now` as records (a compacted log), starting with this boot's epoch.
     pub fn snapshot(&self, now: Instant) -> Vec<Record> {
-        let mut out = vec![Record::Boot { epoch: self.epoch }];
+        // A replica applying another node's log has no epoch of its own: the highest seen is
+        // what a snapshot must carry, so a node restored from it never reuses one.
+        let mut out = vec![Record::Boot { epoch: self.epoch.max(self.seen_epoch) }];
         if self.floor > 0 {
             out.push(Record::Floor { upto: self.floor });
         }

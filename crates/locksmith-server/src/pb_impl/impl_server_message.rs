@@ -51,6 +51,7 @@ impl Reply {
                     Refusal::Invalid(_) => Code::InvalidArgument,
                     Refusal::Limit(_) => Code::LimitExceeded,
                     Refusal::Denied(_) => Code::PermissionDenied,
+                    Refusal::NotLeader(_) => Code::Unavailable,
                 };
                 return Some(error(id, code, r.to_string()));
             }

@@ -1,0 +1,64 @@
+//! The cluster's sink: what the leader's service decided goes through Raft before anyone hears
+//! of it. Batches queued while a write is under way are merged into the next write (group
+//! commit: openraft syncs each write on its own). A batch of answers without records (a
+//! keep-alive, a busy lock) waits for a barrier — a quorum confirming this node still leads —
+//! so a leader cut off from the majority never tells a client its lease was renewed: the new
+//! leader, which never heard of that renewal, may expire it.
+
+use std::sync::Arc;
+
+use locksmith_proto::ServerMessage;
+use locksmith_raft::{RaftNode, MAX_COMMAND};
+use tokio::sync::mpsc;
+
+use super::replica::{encode, ReplicaMachine};
+use crate::machine::Record;
+use crate::service::Outbox;
+
+/// One flush of the service: records to replicate and the answers that wait for them.
+pub(crate) type Batch = (Vec<Record>, Vec<(Outbox, ServerMessage)>);
+
+/// Starts the task that commits batches in order; returns where to send them.
+pub(crate) fn start(node: Arc<RaftNode<ReplicaMachine>>) -> mpsc::UnboundedSender<Batch> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(commit_loop(node, rx));
+    tx
+}
+
+async fn commit_loop(node: Arc<RaftNode<ReplicaMachine>>, mut rx: mpsc::UnboundedReceiver<Batch>) {
+    while let Some((mut records, mut msgs)) = rx.recv().await {
+        while let Ok((r, m)) = rx.try_recv() {
+            records.extend(r);
+            msgs.extend(m);
+        }
+        let committed =
+            if records.is_empty() { node.barrier().await.map(|_| ()) } else { write(&node, &records).await };
+        match committed {
+            Ok(()) => {
+                for (out, m) in msgs {
+                    out.deliver(m);
+                }
+            }
+            // Leadership is lost (or the node stops): the answers are dropped; the service
+            // ends their streams as it steps down, and clients resume on the new leader, which
+            // answers again from the committed state.
+            Err(e) => tracing::debug!(error = %e, records = records.len(), "not committed; answers dropped"),
+        }
+    }
+}
+
+/// Replicates `records` in as few commands as fit [`MAX_COMMAND`], in order.
+async fn write(node: &RaftNode<ReplicaMachine>, records: &[Record]) -> Result<(), locksmith_raft::ClientWriteError> {
+    let mut command = Vec::new();
+    for r in records {
+        let frame = encode(std::slice::from_ref(r));
+        if !command.is_empty() && command.len() + frame.len() > MAX_COMMAND {
+            node.client_write(std::mem::take(&mut command)).await?;
+        }
+        command.extend_from_slice(&frame);
+    }
+    if !command.is_empty() {
+        node.client_write(command).await?;
+    }
+    Ok(())
+}

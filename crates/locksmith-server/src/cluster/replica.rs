@@ -1,0 +1,89 @@
+//! The committed state every node of a cluster keeps: the same [`Machine`] a single node runs,
+//! applying the records the leader decided, in log order, through the one `apply` a single node
+//! uses to replay its write-ahead log. A replica never reads its clock to decide anything: it
+//! never ticks, so no session expires and no lock is handed over on a follower; the times
+//! `apply` stamps (deadlines, lock-delays) only matter once the node leads, when they are
+//! set afresh (see `crate::service`).
+
+use std::time::Instant;
+
+use crate::machine::{Limits, Machine, Record};
+use crate::wal;
+
+/// A batch of records as one replicated command: the write-ahead log's frames, back to back.
+pub(crate) fn encode(records: &[Record]) -> Vec<u8> {
+    let mut buf = Vec::with_capacity(records.len() * 48);
+    for r in records {
+        wal::encode_into(r, &mut buf);
+    }
+    buf
+}
+
+/// The records of a command. Every frame must check out: a replicated command is never torn.
+///
+/// # Errors
+/// What is wrong, and where.
+pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Record>, String> {
+    let mut records = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let (record, used) = wal::decode_frame(&bytes[at..]).map_err(|e| format!("command offset {at}: {e}"))?;
+        records.push(record);
+        at += used;
+    }
+    Ok(records)
+}
+
+/// The replicated state of one node.
+#[derive(Debug)]
+pub struct ReplicaMachine {
+    machine: Machine,
+}
+
+impl ReplicaMachine {
+    /// An empty replica checking `limits` (only a leader checks them; a replica applies).
+    pub fn new(limits: Limits) -> Self {
+        Self { machine: Machine::new(limits, 0) }
+    }
+
+    /// The committed state as records: what a new leader builds its machine from.
+    pub fn records(&self) -> Vec<Record> {
+        self.machine.snapshot(Instant::now())
+    }
+
+    /// The committed state.
+    pub fn machine(&self) -> &Machine {
+        &self.machine
+    }
+}
+
+impl locksmith_raft::Replicated for ReplicaMachine {
+    fn apply(&mut self, index: u64, command: &[u8]) {
+        match decode(command) {
+            Ok(records) => {
+                let now = Instant::now();
+                for r in &records {
+                    self.machine.apply(now, r);
+                }
+            }
+            // Every node decodes the same bytes the same way, so every node skips it alike and
+            // the replicas stay equal; it can only come from a bug, never from a client.
+            Err(e) => tracing::error!(index, error = %e, "a replicated command does not decode; skipped"),
+        }
+    }
+
+    fn snapshot(&self) -> Vec<u8> {
+        encode(&self.records())
+    }
+
+    fn install(&mut self, snapshot: &[u8]) -> Result<(), String> {
+        let records = decode(snapshot)?;
+        let mut machine = Machine::new(self.machine.limits().clone(), 0);
+        let now = Instant::now();
+        for r in &records {
+            machine.apply(now, r);
+        }
+        self.machine = machine;
+        Ok(())
+    }
+}

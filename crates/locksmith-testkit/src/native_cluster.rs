@@ -1,0 +1,158 @@
+//! A cluster of native servers as real processes: `locksmith serve --node-id N --peers …` on
+//! free loopback ports, each with its own temp data dir; every process killed by PID on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::port::{free_port, wait_listening};
+use crate::process::{spawn, ChildProcess};
+
+/// A cluster of `locksmith serve` processes.
+#[derive(Debug)]
+pub struct NativeCluster {
+    bin: PathBuf,
+    nodes: Vec<Node>,
+    peers: String,
+}
+
+#[derive(Debug)]
+struct Node {
+    id: u64,
+    port: u16,
+    dir: tempfile::TempDir,
+    process: Option<ChildProcess>,
+}
+
+impl NativeCluster {
+    /// Starts `size` nodes of `bin serve` (pass `env!("CARGO_BIN_EXE_locksmith")`) and waits
+    /// until one of them leads.
+    ///
+    /// # Panics
+    /// When a node does not listen within 20 s or no leader is elected within 20 s.
+    pub fn start(bin: &Path, size: usize) -> Self {
+        let nodes: Vec<Node> = (1..=size as u64)
+            .map(|id| Node {
+                id,
+                port: free_port(),
+                dir: tempfile::Builder::new().prefix("locksmith-node-").tempdir().expect("create a temp dir"),
+                process: None,
+            })
+            .collect();
+        let peers = nodes.iter().map(|n| format!("{}=127.0.0.1:{}", n.id, n.port)).collect::<Vec<_>>().join(",");
+        let mut c = Self { bin: bin.to_path_buf(), nodes, peers };
+        for id in 1..=size as u64 {
+            c.restart(id);
+        }
+        c.wait_for_leader(Duration::from_secs(20));
+        c
+    }
+
+    /// `locksmith://127.0.0.1:P1,127.0.0.1:P2,…`: every node, so clients find the leader.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        format!("locksmith://{}", hosts.join(","))
+    }
+
+    /// The URL of node `id` alone.
+    pub fn node_url(&self, id: u64) -> String {
+        format!("locksmith://127.0.0.1:{}", self.node(id).port)
+    }
+
+    /// Node ids, 1..=size.
+    pub fn ids(&self) -> Vec<u64> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
+    fn node(&self, id: u64) -> &Node {
+        self.nodes.iter().find(|n| n.id == id).unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    fn node_mut(&mut self, id: u64) -> &mut Node {
+        self.nodes.iter_mut().find(|n| n.id == id).unwrap_or_else(|| panic!("no node {id}"))
+    }
+
+    /// Node `id`'s PID (0 when stopped).
+    pub fn pid(&self, id: u64) -> i32 {
+        self.node(id).process.as_ref().map(ChildProcess::pid).unwrap_or(0)
+    }
+
+    /// The node that serves clients now (the leader), if any: the one whose `status` answers.
+    pub fn leader(&self) -> Option<u64> {
+        self.nodes.iter().filter(|n| n.process.is_some()).find_map(|n| {
+            let out = Command::new(&self.bin)
+                .args(["status", "--backend", &format!("locksmith://127.0.0.1:{}", n.port)])
+                .stdin(Stdio::null())
+                .stderr(Stdio::null())
+                .output()
+                .ok()?;
+            out.status.success().then_some(n.id)
+        })
+    }
+
+    /// Waits until a node leads and serves; returns it.
+    ///
+    /// # Panics
+    /// When none does within `limit`.
+    pub fn wait_for_leader(&self, limit: Duration) -> u64 {
+        let until = Instant::now() + limit;
+        loop {
+            if let Some(id) = self.leader() {
+                return id;
+            }
+            assert!(Instant::now() < until, "no node of the cluster served clients within {limit:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// `kill -9` of node `id`; its data dir stays.
+    pub fn kill9(&mut self, id: u64) {
+        if let Some(mut p) = self.node_mut(id).process.take() {
+            p.kill9();
+        }
+    }
+
+    /// SIGSTOP (`true`) or SIGCONT (`false`) to node `id`.
+    pub fn pause(&self, id: u64, paused: bool) {
+        if let Some(p) = &self.node(id).process {
+            p.signal(if paused { Signal::SIGSTOP } else { Signal::SIGCONT });
+        }
+    }
+
+    /// Deletes node `id`'s data (it must be stopped).
+    pub fn wipe(&mut self, id: u64) {
+        let dir = self.node(id).dir.path().join("data");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// (Re)starts node `id` on its port and data dir.
+    ///
+    /// # Panics
+    /// When it does not listen within 20 s.
+    pub fn restart(&mut self, id: u64) {
+        self.kill9(id);
+        let bin = self.bin.clone();
+        let peers = self.peers.clone();
+        let node = self.node_mut(id);
+        let mut cmd = Command::new(&bin);
+        cmd.arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", node.port))
+            .arg("--data-dir")
+            .arg(node.dir.path().join("data"))
+            .arg("--node-id")
+            .arg(id.to_string())
+            .arg("--peers")
+            .arg(&peers)
+            .env("LOCKSMITH_LOG", "warn")
+            .stdin(Stdio::null());
+        let mut p = spawn("locksmith serve (cluster node)", &mut cmd);
+        if !wait_listening(node.port, Duration::from_secs(20)) {
+            let status = p.wait_timeout(Duration::from_millis(10));
+            panic!("node {id} did not listen on 127.0.0.1:{} within 20 s (exit: {status:?})", node.port);
+        }
+        node.process = Some(p);
+    }
+}

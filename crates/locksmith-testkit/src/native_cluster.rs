@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::port::{free_port, wait_listening};
-use crate::process::{spawn, ChildProcess};
+use crate::process::{spawn, watchdog, ChildProcess};
 
 /// A cluster of `locksmith serve` processes.
 #[derive(Debug)]
@@ -24,6 +24,8 @@ struct Node {
     port: u16,
     dir: tempfile::TempDir,
     process: Option<ChildProcess>,
+    /// Kills the node when the test process is gone (a cluster kept in a `static`).
+    watchdog: Option<ChildProcess>,
 }
 
 impl NativeCluster {
@@ -39,6 +41,7 @@ impl NativeCluster {
                 port: free_port(),
                 dir: tempfile::Builder::new().prefix("locksmith-node-").tempdir().expect("create a temp dir"),
                 process: None,
+                watchdog: None,
             })
             .collect();
         let peers = nodes.iter().map(|n| format!("{}=127.0.0.1:{}", n.id, n.port)).collect::<Vec<_>>().join(",");
@@ -109,8 +112,13 @@ impl NativeCluster {
 
     /// `kill -9` of node `id`; its data dir stays.
     pub fn kill9(&mut self, id: u64) {
-        if let Some(mut p) = self.node_mut(id).process.take() {
+        let node = self.node_mut(id);
+        if let Some(mut p) = node.process.take() {
             p.kill9();
+        }
+        // Its watchdog goes with it: it must never kill a later process that got the same PID.
+        if let Some(mut w) = node.watchdog.take() {
+            w.kill9();
         }
     }
 
@@ -148,11 +156,32 @@ impl NativeCluster {
             .arg(&peers)
             .env("LOCKSMITH_LOG", "warn")
             .stdin(Stdio::null());
+        // A node's log goes to a file beside its data: openraft logs every failed call to a
+        // stopped peer, which would bury the tests' own output.
+        let log_path = node.dir.path().join("node.log");
+        if let Ok(log) = std::fs::OpenOptions::new().create(true).append(true).open(&log_path) {
+            cmd.stderr(log);
+        }
         let mut p = spawn("locksmith serve (cluster node)", &mut cmd);
         if !wait_listening(node.port, Duration::from_secs(20)) {
             let status = p.wait_timeout(Duration::from_millis(10));
-            panic!("node {id} did not listen on 127.0.0.1:{} within 20 s (exit: {status:?})", node.port);
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let tail: String =
+                log.lines().rev().take(20).collect::<Vec<_>>().into_iter().rev().collect::<Vec<_>>().join("\n");
+            panic!(
+                "node {id} did not listen on 127.0.0.1:{} within 20 s (exit: {status:?}); its log ends:\n{tail}",
+                node.port
+            );
         }
+        node.watchdog = Some(watchdog("locksmith node", p.pid(), node.dir.path()));
         node.process = Some(p);
+    }
+}
+
+impl Drop for NativeCluster {
+    fn drop(&mut self) {
+        for id in self.ids() {
+            self.kill9(id);
+        }
     }
 }

@@ -1,0 +1,148 @@
+//! The native server as a 3-node cluster (`locksmith serve --node-id N --peers …`): the whole
+//! contract (library and processes, the mutex and the primitives beyond it) through a URL naming
+//! every node, and fail-overs: a leader killed under load never leaves two holders, tokens keep
+//! increasing per lock, and clients that keep renewing keep their locks.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use locksmith::LockOptions;
+use locksmith_core::conformance::UrlTarget;
+use locksmith_testkit::{CliTarget, NativeCluster};
+
+const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
+
+/// One cluster shared by the suites (each test uses lock names of its own); never killed.
+fn shared() -> &'static NativeCluster {
+    static CLUSTER: OnceLock<NativeCluster> = OnceLock::new();
+    CLUSTER.get_or_init(|| NativeCluster::start(BIN.as_ref(), 3))
+}
+
+fn target() -> UrlTarget {
+    UrlTarget::new(shared().url(), locksmith::backend)
+}
+
+mod contract {
+    locksmith_core::conformance_suite!(super::target());
+    locksmith_core::primitives_suite!(super::target());
+}
+
+mod processes {
+    locksmith_testkit::process_conformance_suite!(locksmith_testkit::CliTarget::new(super::BIN, super::target()));
+    locksmith_testkit::primitives_process_suite!(locksmith_testkit::CliTarget::new(super::BIN, super::target()));
+}
+
+/// What the clients under load saw.
+#[derive(Default)]
+struct Seen {
+    /// Grants per lock, in the order they were made.
+    tokens: HashMap<String, Vec<u64>>,
+    grants: u64,
+    lost: u64,
+}
+
+/// Kills the leader with `kill -9` three times while 8 clients contend for one lock and 32 more
+/// work on locks of their own: never two holders at once, every lock's tokens strictly
+/// increasing, no client that kept renewing loses a lock, and a new leader grants within a few
+/// election timeouts each time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_killed_under_load_never_leaves_two_holders_and_holds_survive() {
+    let mut cluster = NativeCluster::start(BIN.as_ref(), 3);
+    let url = cluster.url();
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let inside: Arc<HashMap<String, AtomicBool>> = Arc::new(
+        (0..33)
+            .map(|i| (if i == 0 { "hot".to_string() } else { format!("own/{i}") }, AtomicBool::new(false)))
+            .collect(),
+    );
+    let last_grant = Arc::new(AtomicU64::new(0));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..40usize {
+        let name = if i < 8 { "hot".to_string() } else { format!("own/{}", i - 7) };
+        let (url, stop, seen, inside, last_grant) =
+            (url.clone(), stop.clone(), seen.clone(), inside.clone(), last_grant.clone());
+        tasks.push(tokio::spawn(async move {
+            let c = locksmith::connect_with_ttl(&url, Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+            while !stop.load(Ordering::SeqCst) {
+                let g = match c.lock_with(&name, LockOptions::new().timeout(Duration::from_secs(10))).await {
+                    Ok(g) => g,
+                    // The leader just went: the next attempt finds the new one.
+                    Err(_) => continue,
+                };
+                let flag = &inside[&name];
+                assert!(!flag.swap(true, Ordering::SeqCst), "two holders of {name} at once");
+                {
+                    let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+                    s.tokens.entry(name.clone()).or_default().push(g.token());
+                    s.grants += 1;
+                }
+                last_grant.store(started.elapsed().as_millis() as u64, Ordering::SeqCst);
+                // Hold across a moment: some holds span a fail-over.
+                tokio::select! {
+                    _ = g.lost() => {
+                        seen.lock().unwrap_or_else(|p| p.into_inner()).lost += 1;
+                    }
+                    _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                }
+                flag.store(false, Ordering::SeqCst);
+                let _ = g.unlock().await;
+            }
+            c.close().await;
+        }));
+    }
+    let mut unavailable = Vec::new();
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let leader = cluster.wait_for_leader(Duration::from_secs(10));
+        let killed_at = started.elapsed().as_millis() as u64;
+        cluster.kill9(leader);
+        // Unavailability: from the kill to the next grant anyone got.
+        let until = Instant::now() + Duration::from_secs(15);
+        while last_grant.load(Ordering::SeqCst) <= killed_at {
+            assert!(Instant::now() < until, "no grant within 15 s of killing leader {leader}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        unavailable.push(last_grant.load(Ordering::SeqCst) - killed_at);
+        cluster.restart(leader);
+    }
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    stop.store(true, Ordering::SeqCst);
+    for t in tasks {
+        if let Err(e) = t.await {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+    let s = seen.lock().unwrap_or_else(|p| p.into_inner());
+    for (name, tokens) in &s.tokens {
+        assert!(tokens.windows(2).all(|w| w[1] > w[0]), "{name}: tokens not increasing: {tokens:?}");
+    }
+    assert_eq!(s.lost, 0, "holders that kept renewing lost their locks across fail-overs");
+    assert!(s.grants > 100, "too few grants to mean anything: {}", s.grants);
+    println!("fail-overs: kill → next grant {unavailable:?} ms; {} grants", s.grants);
+}
+
+/// A URL naming only followers still reaches the leader: followers name it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_given_one_follower_is_sent_to_the_leader() {
+    let c = shared();
+    let leader = c.wait_for_leader(Duration::from_secs(10));
+    let follower = c.ids().into_iter().find(|id| *id != leader).unwrap_or(leader);
+    // The follower's own address only: the leader it names is not in the URL, so the client
+    // cannot follow; it is told where the leader is.
+    let out = std::process::Command::new(BIN)
+        .args(["status", "--backend", &c.node_url(follower)])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("does not lead the cluster; the leader is at 127.0.0.1:"), "{stderr}");
+    // With every node in the URL it just works.
+    let client = locksmith::connect(&c.url()).await.unwrap_or_else(|e| panic!("{e}"));
+    let g = client.lock("cluster/one-url").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(g.unlock().await.unwrap_or(false));
+    let _ = CliTarget::new(BIN, target());
+}

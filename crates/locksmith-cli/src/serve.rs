@@ -122,6 +122,10 @@ pub struct ServeArgs {
     /// start every node with the same list.
     #[arg(long, env = "LOCKSMITH_PEERS", value_name = "ID=HOST:PORT,…", requires = "node_id", value_parser = peers_arg)]
     pub peers: Option<Peers>,
+    /// Peers this node reaches at another address than the one in --peers (through a proxy or
+    /// a tunnel): `ID=HOST:PORT,…`; --peers stays the cluster's view, the same on every node.
+    #[arg(long, env = "LOCKSMITH_ROUTES", value_name = "ID=HOST:PORT,…", requires = "peers", value_parser = peers_arg)]
+    pub routes: Option<Peers>,
     /// Holds plus queued acquires of one session.
     #[arg(long, env = "LOCKSMITH_MAX_ENTRIES_PER_SESSION", value_name = "N", default_value_t = lock_limits().max_entries_per_session as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_entries_per_session: u64,
@@ -311,7 +315,12 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             eprintln!("locksmith serve: --node-id {id} is not among --peers");
             return ExitCode::from(exit::USAGE);
         }
-        opts = opts.cluster(locksmith_server::cluster::ClusterOptions::new(id, peers));
+        let routes = args.routes.map(|r| r.0).unwrap_or_default();
+        if let Some(unknown) = routes.keys().find(|r| !peers.contains_key(r)) {
+            eprintln!("locksmith serve: --routes names node {unknown}, which is not among --peers");
+            return ExitCode::from(exit::USAGE);
+        }
+        opts = opts.cluster(locksmith_server::cluster::ClusterOptions::new(id, peers).routes(routes));
     }
     if let Some(tls) = tls {
         opts = opts.tls(tls);

@@ -146,3 +146,72 @@ async fn a_client_given_one_follower_is_sent_to_the_leader() {
     assert!(g.unlock().await.unwrap_or(false));
     let _ = CliTarget::new(BIN, target());
 }
+
+/// The leader cut off from the other nodes (a blackhole both ways) while its clients still reach
+/// it: it grants nothing; the majority elects a leader, which grants the old leader's lock only
+/// after its holder — on the minority side — stopped trusting it; once healed, the old leader
+/// steps down and catches up (with the third node stopped, grants need its acknowledgement).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_leader_grants_nothing_and_the_majority_waits_out_its_holders() {
+    // The clients' story, shown if the test fails.
+    let _ = tracing_subscriber::fmt().with_env_filter("locksmith=debug").with_test_writer().try_init();
+    let mut cluster = NativeCluster::start_with_links(BIN.as_ref(), 3);
+    let old = cluster.wait_for_leader(Duration::from_secs(10));
+    let others: Vec<u64> = cluster.ids().into_iter().filter(|id| *id != old).collect();
+    let ttl = Duration::from_secs(3);
+    // Holder A reaches the old leader only; B reaches the other two.
+    let a = locksmith::connect_with_ttl(&cluster.front_url(&[old]), ttl).await.unwrap_or_else(|e| panic!("{e}"));
+    let b = locksmith::connect_with_ttl(&cluster.front_url(&others), ttl).await.unwrap_or_else(|e| panic!("{e}"));
+    let held = a.lock("partition/held").await.unwrap_or_else(|e| panic!("{e}"));
+    let first_token = held.token();
+
+    cluster.isolate(old);
+    let started = Instant::now();
+    // The minority side: its leader grants nothing, not even a free lock.
+    let minority = tokio::spawn(async move {
+        let r = a.lock_with("partition/free", LockOptions::new().timeout(Duration::from_secs(6))).await;
+        r.map(|g| g.token()).map_err(|e| e.to_string())
+    });
+    let lost_at = tokio::spawn(async move {
+        held.lost().await;
+        started.elapsed()
+    });
+    let granted = b
+        .lock_with("partition/held", LockOptions::new().timeout(Duration::from_secs(20)))
+        .await
+        .unwrap_or_else(|e| panic!("the majority never granted the lock: {e}\n{}", cluster.report()));
+    let granted_at = started.elapsed();
+    let lost_at = lost_at.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        lost_at <= granted_at,
+        "the majority granted the lock at {granted_at:?}, before its holder across the partition stopped trusting it \
+         ({lost_at:?})"
+    );
+    assert!(granted.token() > first_token, "token went backwards: {} after {first_token}", granted.token());
+    let minority = minority.await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(minority.is_err(), "the partitioned leader granted a lock: token {minority:?}");
+    println!("partition: holder stopped trusting at {lost_at:?}, majority granted at {granted_at:?}");
+
+    // Heal: the old leader steps down (it no longer answers as the leader) and catches up.
+    cluster.heal();
+    let until = Instant::now() + Duration::from_secs(10);
+    let new_leader = loop {
+        let leader = cluster.wait_for_leader(Duration::from_secs(10));
+        if leader != old {
+            break leader;
+        }
+        assert!(Instant::now() < until, "the healed old leader {old} still leads");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let third = others.into_iter().find(|id| *id != new_leader).unwrap_or(new_leader);
+    cluster.kill9(third);
+    // Only the new leader and the old one are left: every commit needs the old leader's log.
+    let c = locksmith::connect(&cluster.url()).await.unwrap_or_else(|e| panic!("{e}"));
+    let g = c
+        .lock_with("partition/after", LockOptions::new().timeout(Duration::from_secs(10)))
+        .await
+        .unwrap_or_else(|e| panic!("no grant with the healed old leader as the only follower: {e}"));
+    assert!(granted.is_held(), "B lost its lock after the heal");
+    let _ = g.unlock().await;
+    let _ = granted.unlock().await;
+}

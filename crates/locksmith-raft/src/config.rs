@@ -1,11 +1,13 @@
 //! Timing and snapshot settings of a node.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use openraft::SnapshotPolicy;
 use tonic::transport::ClientTlsConfig;
 
 use crate::error::StartError;
+use crate::types::NodeId;
 
 /// Timing, snapshot and transport settings of a [`RaftNode`](crate::RaftNode). Every node of a
 /// cluster should use the same timings.
@@ -46,6 +48,11 @@ pub struct NodeConfig {
     /// TLS for connections to peers (rustls on ring). The server side is the application's: it
     /// adds [`RaftNode::service`](crate::RaftNode::service) to its own TLS-configured router.
     pub tls: Option<ClientTlsConfig>,
+    /// Addresses this node dials some peers at instead of the addresses in the cluster's
+    /// membership: the membership holds one address per node for everyone, while this node may
+    /// have to take another path to it (a proxy, a tunnel, another network). Also how the
+    /// partition tests put a fault proxy between each pair of nodes.
+    pub routes: BTreeMap<NodeId, String>,
 }
 
 impl Default for NodeConfig {
@@ -60,6 +67,7 @@ impl Default for NodeConfig {
             connect_timeout: Duration::from_millis(500),
             unreachable_backoff: Duration::from_millis(200),
             tls: None,
+            routes: BTreeMap::new(),
         }
     }
 }

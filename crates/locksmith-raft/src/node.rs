@@ -107,7 +107,13 @@ impl<M: Replicated> RaftNode<M> {
             .await
             .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
         let replica = sm.replica();
-        let network = Network::new(id, config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
+        let network = Network::new(
+            id,
+            config.tls.clone(),
+            config.connect_timeout,
+            config.unreachable_backoff,
+            config.routes.clone(),
+        );
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;

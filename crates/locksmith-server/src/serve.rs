@@ -268,6 +268,7 @@ async fn start_raft(
                 .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key)),
         );
     }
+    config.routes = cluster.routes.clone();
     std::fs::create_dir_all(&opts.data_dir)?;
     let machine = crate::cluster::ReplicaMachine::new(opts.limits.clone());
     let node = locksmith_raft::RaftNode::start(

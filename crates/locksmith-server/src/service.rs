@@ -87,7 +87,14 @@ struct Role {
     leadership: watch::Receiver<Leadership>,
     peers: BTreeMap<u64, String>,
     serving: bool,
+    /// Look at the leadership again after this long even if it did not change: at start,
+    /// because openraft restarts a node that led as the leader (the watched value is already
+    /// "leader" and may never change again), and after a new leader failed to commit its epoch.
+    check_again: Option<Duration>,
 }
+
+/// How soon a new leader that failed to commit its epoch tries again.
+const EPOCH_RETRY: Duration = Duration::from_millis(100);
 
 impl Service {
     /// Starts a service whose state lives only in memory (for `memory://` and tests).
@@ -128,7 +135,8 @@ impl Service {
         peers: BTreeMap<u64, String>,
     ) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
         let sink = Sink::Cluster(crate::cluster::committer::start(node.clone()));
-        let role = Role { leadership: node.leadership(), node, peers, serving: false };
+        let role =
+            Role { leadership: node.leadership(), node, peers, serving: false, check_again: Some(Duration::ZERO) };
         Self::spawn(Machine::new(limits, 0), sink, Some(role))
     }
 
@@ -319,6 +327,7 @@ impl Actor {
     /// Starts or stops serving as this node's leadership says (see `crate::cluster`).
     async fn follow_leadership(&mut self) {
         let Some(role) = self.cluster.as_mut() else { return };
+        role.check_again = None;
         let l = role.leadership.borrow_and_update().clone();
         let leader = l.leader.and_then(|id| role.peers.get(&id).cloned());
         if l.is_leader && l.ready && !role.serving {
@@ -340,6 +349,9 @@ impl Actor {
                 machine.take_records().into_iter().filter(|r| matches!(r, Record::Boot { .. })).collect();
             if let Err(e) = node.client_write(crate::cluster::encode(&boot)).await {
                 tracing::warn!(error = %e, "could not commit the new leader's epoch; not serving yet");
+                if let Some(role) = self.cluster.as_mut() {
+                    role.check_again = Some(EPOCH_RETRY);
+                }
                 return;
             }
             tracing::info!(term = l.term, epoch = machine.epoch(), "leading: serving clients");
@@ -656,6 +668,12 @@ impl Actor {
 async fn leadership_changed(cluster: &mut Option<Role>) {
     match cluster {
         Some(role) => {
+            if let Some(after) = role.check_again {
+                match tokio::time::timeout(after, role.leadership.changed()).await {
+                    Ok(Err(_)) => std::future::pending::<()>().await,
+                    _ => return,
+                }
+            }
             if role.leadership.changed().await.is_err() {
                 // The Raft node is gone: nothing will change any more.
                 std::future::pending::<()>().await;

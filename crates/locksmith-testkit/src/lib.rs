@@ -7,6 +7,7 @@
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
 mod certs;
+mod cluster_links;
 mod etcd;
 mod mysql;
 mod native;

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
+use crate::cluster_links::Links;
 use crate::port::{free_port, wait_listening};
 use crate::process::{spawn, watchdog, ChildProcess};
 
@@ -16,6 +17,8 @@ pub struct NativeCluster {
     bin: PathBuf,
     nodes: Vec<Node>,
     peers: String,
+    /// Fault proxies on every path, when started with [`NativeCluster::start_with_links`].
+    links: Option<Links>,
 }
 
 #[derive(Debug)]
@@ -35,6 +38,21 @@ impl NativeCluster {
     /// # Panics
     /// When a node does not listen within 20 s or no leader is elected within 20 s.
     pub fn start(bin: &Path, size: usize) -> Self {
+        Self::start_inner(bin, size, false)
+    }
+
+    /// Like [`start`](Self::start), with a fault proxy on every path: between each ordered pair
+    /// of nodes (each node reaches the others through its own proxies, given as `--routes`) and
+    /// in front of each node for clients ([`front_url`](Self::front_url)), so that a test can
+    /// [`isolate`](Self::isolate) a node or [`cut_front`](Self::cut_front) a client's path.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start), or when a proxy cannot bind a loopback port.
+    pub fn start_with_links(bin: &Path, size: usize) -> Self {
+        Self::start_inner(bin, size, true)
+    }
+
+    fn start_inner(bin: &Path, size: usize, with_links: bool) -> Self {
         let nodes: Vec<Node> = (1..=size as u64)
             .map(|id| Node {
                 id,
@@ -45,7 +63,8 @@ impl NativeCluster {
             })
             .collect();
         let peers = nodes.iter().map(|n| format!("{}=127.0.0.1:{}", n.id, n.port)).collect::<Vec<_>>().join(",");
-        let mut c = Self { bin: bin.to_path_buf(), nodes, peers };
+        let links = with_links.then(|| Links::start(&nodes.iter().map(|n| (n.id, n.port)).collect()));
+        let mut c = Self { bin: bin.to_path_buf(), nodes, peers, links };
         for id in 1..=size as u64 {
             c.restart(id);
         }
@@ -57,6 +76,47 @@ impl NativeCluster {
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
         format!("locksmith://{}", hosts.join(","))
+    }
+
+    /// `locksmith://…` through the client proxies of nodes `ids` (a cluster started with
+    /// links).
+    ///
+    /// # Panics
+    /// When the cluster has no links.
+    pub fn front_url(&self, ids: &[u64]) -> String {
+        let links = self.links();
+        let hosts: Vec<String> = ids.iter().map(|id| links.front(*id).to_string()).collect();
+        format!("locksmith://{}", hosts.join(","))
+    }
+
+    /// Cuts node `id` off from the other nodes, both ways (connections stall as over a real
+    /// partition); clients' paths stay.
+    ///
+    /// # Panics
+    /// When the cluster has no links.
+    pub fn isolate(&self, id: u64) {
+        self.links().isolate(id);
+    }
+
+    /// Cuts the clients' path to node `id` (through [`front_url`](Self::front_url)).
+    ///
+    /// # Panics
+    /// When the cluster has no links.
+    pub fn cut_front(&self, id: u64) {
+        self.links().cut_front(id);
+    }
+
+    /// Ends every partition made with [`isolate`](Self::isolate) and
+    /// [`cut_front`](Self::cut_front).
+    ///
+    /// # Panics
+    /// When the cluster has no links.
+    pub fn heal(&self) {
+        self.links().heal();
+    }
+
+    fn links(&self) -> &Links {
+        self.links.as_ref().expect("a cluster started with NativeCluster::start_with_links")
     }
 
     /// The URL of node `id` alone.
@@ -105,9 +165,30 @@ impl NativeCluster {
             if let Some(id) = self.leader() {
                 return id;
             }
-            assert!(Instant::now() < until, "no node of the cluster served clients within {limit:?}");
+            if Instant::now() >= until {
+                panic!("no node of the cluster served clients within {limit:?}\n{}", self.report());
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// What each node answers to `locksmith status` and the end of its log: for failure messages.
+    pub fn report(&self) -> String {
+        let mut out = String::new();
+        for n in &self.nodes {
+            let answer = Command::new(&self.bin)
+                .args(["status", "--backend", &format!("locksmith://127.0.0.1:{}", n.port)])
+                .stdin(Stdio::null())
+                .output()
+                .map(|o| format!("{}: {}", o.status, String::from_utf8_lossy(&o.stderr).trim()))
+                .unwrap_or_else(|e| e.to_string());
+            let log = std::fs::read_to_string(n.dir.path().join("node.log")).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let tail = lines[lines.len().saturating_sub(40)..].join("\n");
+            let state = if n.process.is_some() { "running" } else { "stopped" };
+            out.push_str(&format!("--- node {} ({state}, port {}): status {answer}\n{tail}\n", n.id, n.port));
+        }
+        out
     }
 
     /// `kill -9` of node `id`; its data dir stays.
@@ -143,6 +224,7 @@ impl NativeCluster {
         self.kill9(id);
         let bin = self.bin.clone();
         let peers = self.peers.clone();
+        let routes = self.links.as_ref().map(|l| l.routes(id));
         let node = self.node_mut(id);
         let mut cmd = Command::new(&bin);
         cmd.arg("serve")
@@ -154,8 +236,11 @@ impl NativeCluster {
             .arg(id.to_string())
             .arg("--peers")
             .arg(&peers)
-            .env("LOCKSMITH_LOG", "warn")
+            .env("LOCKSMITH_LOG", "info,openraft=warn,h2=warn,tower=warn,hyper=warn")
             .stdin(Stdio::null());
+        if let Some(routes) = routes {
+            cmd.arg("--routes").arg(routes);
+        }
         // A node's log goes to a file beside its data: openraft logs every failed call to a
         // stopped peer, which would bury the tests' own output.
         let log_path = node.dir.path().join("node.log");

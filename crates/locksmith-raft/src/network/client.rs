@@ -1,5 +1,6 @@
 //! openraft's [`RaftNetworkFactory`]: a tonic client per peer.
 
+use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::error::Error;
 use std::sync::Arc;
@@ -50,18 +51,28 @@ pub struct Network {
     tls: Option<ClientTlsConfig>,
     connect_timeout: Duration,
     backoff: Duration,
+    /// Peers this node reaches at another address than the membership's.
+    routes: Arc<BTreeMap<NodeId, String>>,
 }
 
 impl Network {
     /// The network of node `id`, reaching peers in plain text, or with `tls` when given (then peers' addresses
     /// are dialled as `https://addr`; set the expected server name in `tls` when the
     /// certificates do not name the address). A connection attempt gives up after
-    /// `connect_timeout`; a peer that is unreachable is retried every `backoff`.
-    pub fn new(id: NodeId, tls: Option<ClientTlsConfig>, connect_timeout: Duration, backoff: Duration) -> Self {
-        Self { id, channels: Arc::default(), tls, connect_timeout, backoff }
+    /// `connect_timeout`; a peer that is unreachable is retried every `backoff`. Peers in
+    /// `routes` are dialled at the address given there instead of their membership address.
+    pub fn new(
+        id: NodeId,
+        tls: Option<ClientTlsConfig>,
+        connect_timeout: Duration,
+        backoff: Duration,
+        routes: BTreeMap<NodeId, String>,
+    ) -> Self {
+        Self { id, channels: Arc::default(), tls, connect_timeout, backoff, routes: Arc::new(routes) }
     }
 
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
+        let addr = self.routes.get(&target).map_or(addr, String::as_str);
         // A poisoned map only means a panic elsewhere while inserting: the map itself is fine.
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((a, ch)) = channels.get(&target) {

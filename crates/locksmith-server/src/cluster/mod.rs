@@ -31,11 +31,20 @@ pub struct ClusterOptions {
     /// Every voter's id and address (`host:port`, where its server listens for clients and
     /// peers alike), this node included.
     pub peers: BTreeMap<u64, String>,
+    /// Peers this node reaches at another address than the one in `peers` (a proxy, a tunnel):
+    /// `peers` is the cluster's view, the same on every node; `routes` is this node's alone.
+    pub routes: BTreeMap<u64, String>,
 }
 
 impl ClusterOptions {
     /// Node `node_id` of the cluster `peers`.
     pub fn new(node_id: u64, peers: BTreeMap<u64, String>) -> Self {
-        Self { node_id, peers }
+        Self { node_id, peers, routes: BTreeMap::new() }
+    }
+
+    /// The same options, reaching the peers in `routes` at the addresses given there.
+    pub fn routes(mut self, routes: BTreeMap<u64, String>) -> Self {
+        self.routes = routes;
+        self
     }
 }

@@ -43,7 +43,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the native lock server in the foreground (stops cleanly on SIGINT/SIGTERM).
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Acquire a lock, run a command under it, release it when the command exits.
     Run(run::RunArgs),
     /// Campaign in a leader election and run a command while leading, or observe the leader.
@@ -108,7 +108,7 @@ pub fn main() -> ExitCode {
     if let Command::Serve(args) = &mut cli.command {
         let argv: Vec<_> = std::env::args_os().skip(2).collect();
         match serve_config::with_config_file(&argv) {
-            Ok(Some(merged)) => *args = merged,
+            Ok(Some(merged)) => **args = merged,
             Ok(None) => {}
             Err(e) => {
                 eprintln!("locksmith serve: {e}");
@@ -137,7 +137,7 @@ pub fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         match cli.command {
-            Command::Serve(a) => serve::serve(a).await,
+            Command::Serve(a) => serve::serve(*a).await,
             Command::Run(a) => run::run(a).await,
             Command::Elect(a) => elect::elect(a).await,
             Command::Status(a) => status::status(a).await,

@@ -140,6 +140,15 @@ pub trait Session: Send + Sync + 'static {
     /// shorter of this and the TTL asked for.
     fn lease(&self) -> Duration;
 
+    /// When the message that started the lease was sent, for a driver that may spend a while
+    /// before sending it (the native driver finding a cluster's leader through an election):
+    /// the engine counts the first lease from here instead of from the start of the call that
+    /// opened the session, which would leave less of the first lease than the backend gives.
+    /// Never earlier than that call; `None` (the default): from the call.
+    fn lease_started(&self) -> Option<tokio::time::Instant> {
+        None
+    }
+
     /// Renews the lease. `Err(Error::SessionExpired)` is definite; other errors are retried.
     ///
     /// # Cancel safety

@@ -257,7 +257,9 @@ impl Client {
             l if l.is_zero() => self.inner.ttl,
             l => l.min(self.inner.ttl),
         };
-        let ctx = SessionCtx::start(session, lease, opened_at, self.lost_holds_hook());
+        // The backend started the lease no earlier than this: count from here.
+        let started = session.lease_started().map_or(opened_at, |t| t.max(opened_at));
+        let ctx = SessionCtx::start(session, lease, started, self.lost_holds_hook());
         *slot = Some(ctx.clone());
         Ok(ctx)
     }

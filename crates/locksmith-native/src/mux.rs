@@ -140,6 +140,8 @@ struct Shared {
     secret: Vec<u8>,
     /// The lease the server granted at the opening.
     lease: Duration,
+    /// When the opening was sent, once a stream to the leader was up.
+    lease_started: tokio::time::Instant,
     ttl: Duration,
     next_id: AtomicU64,
     state: Mutex<State>,
@@ -201,6 +203,9 @@ impl StreamSession {
     /// Opens a session of `ttl` on a new stream.
     pub(crate) async fn open(connector: Arc<dyn Connector>, ttl: Duration) -> Result<Self> {
         let mut transport = connector.connect().await?;
+        // The server starts the lease once it reads the opening, which is sent now: finding the
+        // leader (an election, a round of refusals) took the time before.
+        let lease_started = tokio::time::Instant::now();
         let (session, lease, secret) = handshake(&mut transport, &connector, ttl, 0, Vec::new()).await?;
         let shared = Arc::new(Shared {
             done: tokio::sync::watch::channel(false).0,
@@ -209,6 +214,7 @@ impl StreamSession {
             secret,
             ttl,
             lease,
+            lease_started,
             next_id: AtomicU64::new(2),
             state: Mutex::new(State { tx: Some(transport.tx.clone()), ..State::default() }),
             connector,
@@ -503,6 +509,10 @@ impl Session for StreamSession {
 
     fn lease(&self) -> Duration {
         self.shared.lease
+    }
+
+    fn lease_started(&self) -> Option<tokio::time::Instant> {
+        Some(self.shared.lease_started)
     }
 
     async fn keep_alive(&self) -> Result<KeepAlive> {

@@ -251,9 +251,11 @@ impl Service {
         if !self.send(Command::Status { query, principal, reply }).await {
             return Err(ServerError::Stopped);
         }
-        // A node that does not serve drops the reply.
+        // A node that does not serve drops the reply, and so does a leader that could not
+        // confirm it still leads.
         rx.await.map_err(|_| match self.serving() {
             Serving { serving: false, leader } => ServerError::NotServing { leader },
+            _ if !self.tx.is_closed() => ServerError::NotServing { leader: None },
             _ => ServerError::Stopped,
         })
     }
@@ -528,7 +530,22 @@ impl Actor {
                         self.machine.status_page(t, after.as_deref(), limit, &visible)
                     }
                 };
-                let _ = reply.send(page);
+                match &self.cluster {
+                    // A leader cut off from the majority must not describe locks the majority
+                    // may already have handed on: the answer waits for a quorum to confirm this
+                    // node still leads (as the committer does for answers without records).
+                    Some(role) => {
+                        let node = role.node.clone();
+                        tokio::spawn(async move {
+                            if node.barrier().await.is_ok() {
+                                let _ = reply.send(page);
+                            }
+                        });
+                    }
+                    None => {
+                        let _ = reply.send(page);
+                    }
+                }
             }
             Command::Request { session, conn, id, request } => {
                 if self.conns.get(&session).is_none_or(|(c, _)| *c != conn) {

@@ -9,6 +9,7 @@
 mod certs;
 mod cluster_links;
 mod etcd;
+mod etcd_cluster;
 mod mysql;
 mod native;
 mod native_cluster;
@@ -24,6 +25,7 @@ mod zk;
 
 pub use certs::TestCerts;
 pub use etcd::{EtcdServer, EtcdServerBuilder};
+pub use etcd_cluster::EtcdCluster;
 pub use mysql::{MySqlServer, MYSQL_SETUP};
 pub use native::NativeServer;
 pub use native_cluster::NativeCluster;

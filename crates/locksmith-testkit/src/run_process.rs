@@ -48,10 +48,16 @@ impl RunProcess {
         let stderr = Arc::new(Mutex::new(String::new()));
         if let Some(mut err) = process.take_stderr() {
             let sink = stderr.clone();
+            // Chunk by chunk, not to the end: the command's own processes inherit the pipe, so
+            // its end may come long after `locksmith run` wrote its last line and exited.
             std::thread::spawn(move || {
-                let mut s = String::new();
-                let _ = err.read_to_string(&mut s);
-                sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&s);
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = err.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    sink.lock().unwrap_or_else(|p| p.into_inner()).push_str(&String::from_utf8_lossy(&buf[..n]));
+                }
             });
         }
         Self { process, lines, stderr }

@@ -1,0 +1,37 @@
+//! The native server as a 3-node cluster against what a team would run instead, in one
+//! `locksmith bench` run (issue 18): the same server as a single node, etcd as a 3-member
+//! cluster, and Redis without persistence. Options after the binary's path go to
+//! `locksmith bench` as they are:
+//!
+//! ```text
+//! cargo build --release -p locksmith-cli
+//! cargo run --release -p locksmith-bench --example bench_cluster -- target/release/locksmith \
+//!     --workloads uncontended,contended,many --duration 2s --rounds 3
+//! ```
+use std::process::Command;
+
+use locksmith_testkit::{EtcdCluster, NativeCluster, NativeServer, RedisServer};
+
+fn main() {
+    // The servers are dropped (killed by PID) when `run` returns, before the process exits.
+    std::process::exit(run());
+}
+
+fn run() -> i32 {
+    let mut args = std::env::args().skip(1);
+    let Some(bin) = args.next() else {
+        eprintln!("usage: bench_cluster PATH-TO-locksmith [bench options…]");
+        return 2;
+    };
+    let cluster = NativeCluster::start(bin.as_ref(), 3);
+    let single = NativeServer::start(bin.as_ref());
+    let etcd = EtcdCluster::start(3);
+    let redis = RedisServer::start();
+    let mut cmd = Command::new(&bin);
+    cmd.arg("bench").args(args);
+    for url in [cluster.url(), single.url(), etcd.url(), redis.url()] {
+        cmd.args(["--backend", &url]);
+    }
+    let status = cmd.status().expect("run locksmith bench");
+    status.code().unwrap_or(1)
+}

@@ -1,5 +1,7 @@
 //! A cluster of native servers as real processes: `locksmith serve --node-id N --peers …` on
 //! free loopback ports, each with its own temp data dir; every process killed by PID on drop.
+//! A node can also be restarted with `--join` (after [`NativeCluster::wipe`]: a lost disk) and
+//! added back with `locksmith cluster add`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -16,6 +18,10 @@ pub struct NativeCluster {
     bin: PathBuf,
     nodes: Vec<Node>,
     peers: String,
+    /// More `serve` arguments for every node (e.g. `--auth FILE`).
+    serve_args: Vec<String>,
+    /// Options for the URLs this hands out and its own checks (e.g. `token_file=…`).
+    query: Option<String>,
 }
 
 #[derive(Debug)]
@@ -35,6 +41,16 @@ impl NativeCluster {
     /// # Panics
     /// When a node does not listen within 20 s or no leader is elected within 20 s.
     pub fn start(bin: &Path, size: usize) -> Self {
+        Self::start_with(bin, size, &[], None)
+    }
+
+    /// [`NativeCluster::start`] with more `serve` arguments for every node (kept for restarts),
+    /// e.g. `["--auth", "policy.toml"]`, and `query` (e.g. `token_file=admin.token`) added to
+    /// the URLs it hands out and used for its own checks (finding the leader).
+    ///
+    /// # Panics
+    /// As [`NativeCluster::start`].
+    pub fn start_with(bin: &Path, size: usize, serve_args: &[&str], query: Option<&str>) -> Self {
         let nodes: Vec<Node> = (1..=size as u64)
             .map(|id| Node {
                 id,
@@ -45,7 +61,13 @@ impl NativeCluster {
             })
             .collect();
         let peers = nodes.iter().map(|n| format!("{}=127.0.0.1:{}", n.id, n.port)).collect::<Vec<_>>().join(",");
-        let mut c = Self { bin: bin.to_path_buf(), nodes, peers };
+        let mut c = Self {
+            bin: bin.to_path_buf(),
+            nodes,
+            peers,
+            serve_args: serve_args.iter().map(|a| a.to_string()).collect(),
+            query: query.map(str::to_string),
+        };
         for id in 1..=size as u64 {
             c.restart(id);
         }
@@ -53,15 +75,33 @@ impl NativeCluster {
         c
     }
 
-    /// `locksmith://127.0.0.1:P1,127.0.0.1:P2,…`: every node, so clients find the leader.
+    /// `locksmith://127.0.0.1:P1,127.0.0.1:P2,…`: every node, so clients find the leader (with
+    /// the query of [`NativeCluster::start_with`], if any).
     pub fn url(&self) -> String {
+        self.with_query(format!("locksmith://{}", self.hosts()))
+    }
+
+    /// `127.0.0.1:P1,127.0.0.1:P2,…`: every node, for a URL with options of one's own.
+    pub fn hosts(&self) -> String {
         let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        format!("locksmith://{}", hosts.join(","))
+        hosts.join(",")
     }
 
     /// The URL of node `id` alone.
     pub fn node_url(&self, id: u64) -> String {
-        format!("locksmith://127.0.0.1:{}", self.node(id).port)
+        self.with_query(format!("locksmith://{}", self.addr(id)))
+    }
+
+    /// Node `id`'s address, `127.0.0.1:PORT` (as `locksmith cluster add` takes it).
+    pub fn addr(&self, id: u64) -> String {
+        format!("127.0.0.1:{}", self.node(id).port)
+    }
+
+    fn with_query(&self, url: String) -> String {
+        match &self.query {
+            Some(q) => format!("{url}?{q}"),
+            None => url,
+        }
     }
 
     /// Node ids, 1..=size.
@@ -86,7 +126,7 @@ impl NativeCluster {
     pub fn leader(&self) -> Option<u64> {
         self.nodes.iter().filter(|n| n.process.is_some()).find_map(|n| {
             let out = Command::new(&self.bin)
-                .args(["status", "--backend", &format!("locksmith://127.0.0.1:{}", n.port)])
+                .args(["status", "--backend", &self.node_url(n.id)])
                 .stdin(Stdio::null())
                 .stderr(Stdio::null())
                 .output()
@@ -129,20 +169,54 @@ impl NativeCluster {
         }
     }
 
+    /// Runs `locksmith cluster ARGS --backend URL` (this cluster's [`url`](Self::url) unless
+    /// `backend` is given) and returns what it did.
+    ///
+    /// # Panics
+    /// When the command cannot be started.
+    pub fn cluster_command(&self, args: &[&str], backend: Option<&str>) -> std::process::Output {
+        let url = backend.map_or_else(|| self.url(), str::to_string);
+        Command::new(&self.bin)
+            .arg("cluster")
+            .args(args)
+            .args(["--backend", &url])
+            .env_remove("LOCKSMITH_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running locksmith cluster {args:?}: {e}"))
+    }
+
     /// Deletes node `id`'s data (it must be stopped).
     pub fn wipe(&mut self, id: u64) {
         let dir = self.node(id).dir.path().join("data");
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// (Re)starts node `id` on its port and data dir.
+    /// (Re)starts node `id` on its port and data dir, with `--peers` (every node of the
+    /// cluster as started): a new node forms the cluster, one with cluster state restarts.
     ///
     /// # Panics
     /// When it does not listen within 20 s.
     pub fn restart(&mut self, id: u64) {
+        let membership = ["--peers".to_string(), self.peers.clone()];
+        self.launch(id, &membership);
+    }
+
+    /// (Re)starts node `id` on its port and data dir with `--join`: with an empty data dir
+    /// (after [`NativeCluster::wipe`]) it waits to be added with `locksmith cluster add`; one
+    /// with cluster state restarts as that member.
+    ///
+    /// # Panics
+    /// When it does not listen within 20 s.
+    pub fn restart_joining(&mut self, id: u64) {
+        self.launch(id, &["--join".to_string()]);
+    }
+
+    /// Starts node `id` with `membership` (`--peers …` or `--join`).
+    fn launch(&mut self, id: u64, membership: &[String]) {
         self.kill9(id);
         let bin = self.bin.clone();
-        let peers = self.peers.clone();
+        let serve_args = self.serve_args.clone();
         let node = self.node_mut(id);
         let mut cmd = Command::new(&bin);
         cmd.arg("serve")
@@ -152,8 +226,8 @@ impl NativeCluster {
             .arg(node.dir.path().join("data"))
             .arg("--node-id")
             .arg(id.to_string())
-            .arg("--peers")
-            .arg(&peers)
+            .args(membership)
+            .args(&serve_args)
             .env("LOCKSMITH_LOG", "warn")
             .stdin(Stdio::null());
         // A node's log goes to a file beside its data: openraft logs every failed call to a

@@ -81,8 +81,9 @@ impl Tokens {
 /// A follower's disk is lost: it is removed, wiped, restarted with `--join` and added back
 /// (status on it meanwhile says it waits to be added). Then the leader is killed, so the new
 /// leader is elected and grants with the re-added node in its quorum; then the other original
-/// follower is killed and the old leader restarted, whose log lacks those grants, so only the
-/// re-added node can lead. Every lock's tokens increase across all of it.
+/// follower is killed and the old leader restarted (with `--join`, on its directory), whose log
+/// lacks those grants, so only the re-added node can lead. Every lock's tokens increase across
+/// all of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_follower_re_added_carries_the_quorum_and_tokens_never_go_backwards() {
     let started = Instant::now();
@@ -126,9 +127,10 @@ async fn a_wiped_follower_re_added_carries_the_quorum_and_tokens_never_go_backwa
     tokens.round(&url, "after the first leader died").await;
 
     // Only `wiped` and `other` hold those grants. `other` dies and the old leader comes back
-    // with a log that lacks them: the re-added node must lead.
+    // with a log that lacks them (started with --join: a directory with cluster state restarts
+    // as the member it was): the re-added node must lead.
     c.kill9(other);
-    c.restart(first);
+    c.restart_joining(first);
     let third = c.wait_for_leader(Duration::from_secs(20));
     assert_eq!(third, wiped, "the old leader, whose log is behind, cannot lead");
     tokens.round(&url, "led by the re-added node").await;

@@ -161,8 +161,8 @@ impl NativeBackend {
     ///
     /// ```no_run
     /// # async fn show() -> Result<(), Box<dyn std::error::Error>> {
-    /// let cluster = locksmith_native::NativeBackend::from_url("locksmith://10.0.0.1:7531,10.0.0.2:7531,10.0.0.3:7531")?;
-    /// let status = cluster.cluster_status().await?;
+    /// let url = "locksmith://10.0.0.1:7531,10.0.0.2:7531,10.0.0.3:7531";
+    /// let status = locksmith_native::NativeBackend::from_url(url)?.cluster_status().await?;
     /// for n in &status.nodes {
     ///     println!("{} {} {} matched={:?}", n.id, n.addr, n.role.as_str(), n.matched_index);
     /// }

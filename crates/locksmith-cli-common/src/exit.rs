@@ -12,6 +12,9 @@ pub const SOFTWARE: u8 = 70;
 pub const DATA: u8 = 65;
 /// `run`: the lock was not acquired (timeout, or held and `--no-wait`); nothing ran.
 pub const NOT_ACQUIRED: u8 = 75;
+/// Try again later (sysexits `EX_TEMPFAIL`, the number of [`NOT_ACQUIRED`]): `cluster add` or
+/// `cluster remove` did not complete in time, or the leader was busy with another change.
+pub const TEMPFAIL: u8 = 75;
 /// `run`: the lock was lost while the command ran; the command was stopped.
 pub const LOST: u8 = 76;
 /// The backend refused our credentials or permissions (sysexits `EX_NOPERM`).

@@ -1,13 +1,13 @@
-//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `bench`, `chaos`, `sql`. Each command is one module
-//! (`bench` is the `locksmith-bench` crate, `chaos` the `locksmith-chaos` crate); this file only
-//! parses arguments and sets up logging and the runtime.
+//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `cluster`, `bench`, `chaos`,
+//! `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
+//! `locksmith-chaos` crate); this file only parses arguments and sets up logging and the runtime.
 //!
 //! # Features
 //!
 //! All on by default. Backends, each turning on the `locksmith` facade's driver: `redis`,
 //! `redlock`, `etcd`, `zk`, `sql` (which also brings the `sql` subcommand). Subcommands: `bench`
 //! and `chaos` (with the hidden `chaos-worker`). Without default features the binary is
-//! native-only (`serve`, `run`, `status` over `locksmith://` and `memory://`); a subcommand
+//! native-only (`serve`, `run`, `status`, `cluster` over `locksmith://` and `memory://`); a subcommand
 //! left out is not offered, and asking for it says which feature it needs.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
 
@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod cluster;
 pub mod elect;
 pub mod run;
 pub mod serve;
@@ -50,6 +51,8 @@ pub enum Command {
     Elect(elect::ElectArgs),
     /// Show holder, token, waiters and TTL left of one lock or of all.
     Status(status::StatusArgs),
+    /// A native server cluster's membership: `status`, `add ID HOST:PORT`, `remove ID`.
+    Cluster(cluster::ClusterArgs),
     /// Print a new bearer token for the native server, and the line its policy file lists.
     #[command(after_help = "Example:
   locksmith token > jobs.token      # stdout: the token; stderr: the policy line to add
@@ -141,6 +144,7 @@ pub fn main() -> ExitCode {
             Command::Run(a) => run::run(a).await,
             Command::Elect(a) => elect::elect(a).await,
             Command::Status(a) => status::status(a).await,
+            Command::Cluster(a) => cluster::cluster(a).await,
             Command::Token => token(),
             #[cfg(feature = "bench")]
             Command::Bench(a) => bench::bench(a).await,

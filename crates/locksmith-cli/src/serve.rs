@@ -21,6 +21,10 @@ pub use locksmith_cli_common::DurabilityArg;
   locksmith serve --tls-cert server.pem --tls-key server.key [--client-ca clients-ca.pem]
                                                     # clients: locksmiths://host:7531?ca=ca.pem
   locksmith serve --config /etc/locksmith/serve.toml --metrics-listen 127.0.0.1:9531
+  locksmith serve --listen 10.0.0.1:7531 --node-id 1 --peers 1=10.0.0.1:7531,2=10.0.0.2:7531,3=10.0.0.3:7531 …
+                                                    # one node of a new 3-node cluster (README: A cluster)
+  locksmith serve --listen 10.0.0.4:7531 --node-id 4 --join …
+                                                    # a node that waits for `locksmith cluster add 4 10.0.0.4:7531`
 Beyond loopback, --listen needs --client-ca (clients authenticated by certificate) or
 --insecure-listen-anywhere.
 
@@ -114,17 +118,24 @@ pub struct ServeArgs {
     /// Waiters queued on one lock.
     #[arg(long, env = "LOCKSMITH_MAX_WAITERS_PER_LOCK", value_name = "N", default_value_t = lock_limits().max_waiters_per_lock as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_waiters_per_lock: u64,
-    /// This node's id in a cluster (with --peers).
-    #[arg(long, env = "LOCKSMITH_NODE_ID", value_name = "N", requires = "peers")]
+    /// This node's id in a cluster (with --peers or --join).
+    #[arg(long, env = "LOCKSMITH_NODE_ID", value_name = "N", requires = "membership")]
     pub node_id: Option<u64>,
-    /// Every node of a cluster, this one included: `ID=HOST:PORT,…` (the address where each
+    /// Every node of a new cluster, this one included: `ID=HOST:PORT,…` (the address where each
     /// node's server listens; clients and peers use it). Replicates the lock service with Raft:
-    /// start every node with the same list.
-    #[arg(long, env = "LOCKSMITH_PEERS", value_name = "ID=HOST:PORT,…", requires = "node_id", value_parser = peers_arg)]
+    /// start every node with the same list. Only read while the data directory holds no
+    /// cluster yet; later starts restart the member the directory says this node is.
+    #[arg(long, env = "LOCKSMITH_PEERS", value_name = "ID=HOST:PORT,…", group = "membership", requires = "node_id", value_parser = peers_arg)]
     pub peers: Option<Peers>,
+    /// Join an existing cluster: with an empty data directory the node waits until the leader
+    /// adds it (`locksmith cluster add ID HOST:PORT`, HOST:PORT being its --listen address as
+    /// the other nodes reach it); with a directory that holds cluster state it restarts as that
+    /// member, like --peers would. For new nodes and for nodes whose disk was lost.
+    #[arg(long, env = "LOCKSMITH_JOIN", group = "membership", requires = "node_id")]
+    pub join: bool,
     /// Peers this node reaches at another address than the one in --peers (through a proxy or
     /// a tunnel): `ID=HOST:PORT,…`; --peers stays the cluster's view, the same on every node.
-    #[arg(long, env = "LOCKSMITH_ROUTES", value_name = "ID=HOST:PORT,…", requires = "peers", value_parser = peers_arg)]
+    #[arg(long, env = "LOCKSMITH_ROUTES", value_name = "ID=HOST:PORT,…", requires = "node_id", value_parser = peers_arg)]
     pub routes: Option<Peers>,
     /// Holds plus queued acquires of one session.
     #[arg(long, env = "LOCKSMITH_MAX_ENTRIES_PER_SESSION", value_name = "N", default_value_t = lock_limits().max_entries_per_session as u64, value_parser = clap::value_parser!(u64).range(1..))]
@@ -310,17 +321,23 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     };
     let mut opts =
         locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net).limits(limits);
-    if let (Some(id), Some(Peers(peers))) = (args.node_id, args.peers) {
-        if !peers.contains_key(&id) {
-            eprintln!("locksmith serve: --node-id {id} is not among --peers");
-            return ExitCode::from(exit::USAGE);
+    let routes = args.routes.map(|r| r.0).unwrap_or_default();
+    match (args.node_id, args.peers, args.join) {
+        (Some(id), Some(Peers(peers)), _) => {
+            if !peers.contains_key(&id) {
+                eprintln!("locksmith serve: --node-id {id} is not among --peers");
+                return ExitCode::from(exit::USAGE);
+            }
+            if let Some(unknown) = routes.keys().find(|r| !peers.contains_key(r)) {
+                eprintln!("locksmith serve: --routes names node {unknown}, which is not among --peers");
+                return ExitCode::from(exit::USAGE);
+            }
+            opts = opts.cluster(locksmith_server::cluster::ClusterOptions::new(id, peers).routes(routes));
         }
-        let routes = args.routes.map(|r| r.0).unwrap_or_default();
-        if let Some(unknown) = routes.keys().find(|r| !peers.contains_key(r)) {
-            eprintln!("locksmith serve: --routes names node {unknown}, which is not among --peers");
-            return ExitCode::from(exit::USAGE);
+        (Some(id), None, true) => {
+            opts = opts.cluster(locksmith_server::cluster::ClusterOptions::join(id).routes(routes));
         }
-        opts = opts.cluster(locksmith_server::cluster::ClusterOptions::new(id, peers).routes(routes));
+        _ => {}
     }
     if let Some(tls) = tls {
         opts = opts.tls(tls);

@@ -19,19 +19,19 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use crate::mux::{Connector, StreamSession, Transport};
 
 /// How long to wait for a TCP connection before calling the server unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The native backend.
 #[derive(Debug, Clone)]
 pub struct NativeBackend {
-    inner: Arc<GrpcConnector>,
+    pub(crate) inner: Arc<GrpcConnector>,
 }
 
 #[derive(Debug)]
-struct GrpcConnector {
-    url: String,
+pub(crate) struct GrpcConnector {
+    pub(crate) url: String,
     /// One server, or the nodes of a cluster (calls go to the one that leads).
-    peers: Vec<Peer>,
+    pub(crate) peers: Vec<Peer>,
     /// The peer calls go to first: the last one that answered, or that a node named leader.
     current: AtomicUsize,
     /// `authorization: Bearer …` for every call. A secret: the connector's `Debug` skips it.
@@ -40,9 +40,9 @@ struct GrpcConnector {
 
 /// One server address.
 #[derive(Debug)]
-struct Peer {
+pub(crate) struct Peer {
     /// `host:port` as a cluster node names its leader.
-    addr: String,
+    pub(crate) addr: String,
     endpoint: Endpoint,
     /// Created on first use: a channel needs a running tokio runtime, a URL does not.
     channel: OnceLock<Channel>,
@@ -52,7 +52,7 @@ struct Peer {
 }
 
 impl Peer {
-    fn channel(&self) -> Channel {
+    pub(crate) fn channel(&self) -> Channel {
         self.channel.get_or_init(|| self.endpoint.connect_lazy()).clone()
     }
 
@@ -215,9 +215,35 @@ fn bearer(token: &str) -> Option<MetadataValue<Ascii>> {
     Some(value)
 }
 
+/// A call that failed at `peer` (an index into the connector's peers) with `status`.
+#[derive(Debug)]
+pub(crate) struct Failed {
+    pub(crate) peer: usize,
+    pub(crate) status: tonic::Status,
+}
+
+/// Whether a call's status refuses the request itself (its input, its credentials, what it
+/// asks of this server), so that asking another node cannot help.
+fn refused(code: tonic::Code) -> bool {
+    use tonic::Code as C;
+    matches!(
+        code,
+        C::InvalidArgument
+            | C::Unauthenticated
+            | C::PermissionDenied
+            | C::FailedPrecondition
+            | C::Unimplemented
+            | C::Aborted
+            | C::DeadlineExceeded
+            | C::AlreadyExists
+            | C::NotFound
+            | C::OutOfRange
+    )
+}
+
 impl GrpcConnector {
     /// `msg` as a request with the bearer token, if there is one.
-    fn request<T>(&self, msg: T) -> tonic::Request<T> {
+    pub(crate) fn request<T>(&self, msg: T) -> tonic::Request<T> {
         let mut req = tonic::Request::new(msg);
         if let Some(token) = &self.token {
             req.metadata_mut().insert("authorization", token.clone());
@@ -258,14 +284,36 @@ impl GrpcConnector {
         Error::Unavailable { backend: self.url.clone(), message }
     }
 
+    /// What a failed call means (see [`transport_error`](Self::transport_error)).
+    pub(crate) async fn failure(&self, f: &Failed) -> Error {
+        match self.peers.get(f.peer) {
+            Some(peer) => self.transport_error(peer, &f.status).await,
+            None => Error::Internal("a failed call at a server address the backend does not have".into()),
+        }
+    }
+
+    /// Runs `call` on the peer that leads (see [`on_leader_raw`](Self::on_leader_raw)) and
+    /// says what a failure means.
+    async fn on_leader<T, F, Fut>(&self, limit: Duration, call: F) -> Result<T>
+    where
+        F: FnMut(Channel) -> Fut,
+        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
+    {
+        match self.on_leader_raw(limit, call).await {
+            Ok(v) => Ok(v),
+            Err(f) => Err(self.failure(&f).await),
+        }
+    }
+
     /// Runs `call` on the peer that leads: first the current one; a node that does not lead and
     /// names the leader sends it there, one that cannot be reached (or knows no leader yet, in
     /// an election) to the next listed node. A cluster is tried round after round, with a short
     /// pause between rounds, until `limit` has passed; a single server is tried once, within
-    /// `limit`.
-    async fn on_leader<T, F, Fut>(&self, limit: Duration, mut call: F) -> Result<T>
+    /// `limit`. A refusal of the request itself ends it at once. Returns the last failure as
+    /// the server said it.
+    pub(crate) async fn on_leader_raw<T, F, Fut>(&self, limit: Duration, mut call: F) -> std::result::Result<T, Failed>
     where
-        F: FnMut(LocksmithClient<Channel>) -> Fut,
+        F: FnMut(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let n = self.peers.len().max(1);
@@ -275,21 +323,18 @@ impl GrpcConnector {
         loop {
             let i = self.current.load(Ordering::Relaxed) % n;
             let Some(peer) = self.peers.get(i) else {
-                return Err(Error::Internal("a native backend without a server address".into()));
+                let status = tonic::Status::internal("a native backend without a server address");
+                return Err(Failed { peer: i, status });
             };
-            let failure = match tokio::time::timeout_at(deadline, call(LocksmithClient::new(peer.channel()))).await {
+            let failure = match tokio::time::timeout_at(deadline, call(peer.channel())).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(s)) => s,
                 Err(_) => tonic::Status::unavailable("no answer"),
             };
-            // Anything but a refusal of this client (its input, its credentials) may be this
-            // node alone: a connection refused or reset, no answer, a node that does not lead.
-            let refused = matches!(
-                failure.code(),
-                tonic::Code::InvalidArgument | tonic::Code::Unauthenticated | tonic::Code::PermissionDenied
-            );
-            if n == 1 || refused || tokio::time::Instant::now() >= deadline {
-                return Err(self.transport_error(peer, &failure).await);
+            // Anything but a refusal of the request may be this node alone: a connection
+            // refused or reset, no answer, a node that does not lead.
+            if n == 1 || refused(failure.code()) || tokio::time::Instant::now() >= deadline {
+                return Err(Failed { peer: i, status: failure });
             }
             let hinted = failure
                 .metadata()
@@ -322,11 +367,11 @@ impl Connector for GrpcConnector {
     async fn connect(&self) -> Result<Transport> {
         let mut sender = None;
         let response = self
-            .on_leader(CONNECT_TIMEOUT, |mut client| {
+            .on_leader(CONNECT_TIMEOUT, |channel| {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 sender = Some(tx);
                 let request = self.request(UnboundedReceiverStream::new(rx));
-                async move { client.session(request).await }
+                async move { LocksmithClient::new(channel).session(request).await }
             })
             .await?;
         let tx = sender.ok_or_else(|| Error::Internal("a session stream without its sender".into()))?;
@@ -372,9 +417,9 @@ impl Backend for NativeBackend {
         let req = StatusRequest { name: name.as_str().to_string(), ..Default::default() };
         let inner = &self.inner;
         let mut stream = inner
-            .on_leader(CONNECT_TIMEOUT * 2, |mut client| {
+            .on_leader(CONNECT_TIMEOUT * 2, |channel| {
                 let request = inner.request(req.clone());
-                async move { client.observe(request).await }
+                async move { LocksmithClient::new(channel).observe(request).await }
             })
             .await?
             .into_inner();
@@ -412,9 +457,9 @@ impl Backend for NativeBackend {
                 limit: 0,
             };
             let resp = inner
-                .on_leader(CONNECT_TIMEOUT * 2, |mut client| {
+                .on_leader(CONNECT_TIMEOUT * 2, |channel| {
                     let request = inner.request(req.clone());
-                    async move { client.status(request).await }
+                    async move { LocksmithClient::new(channel).status(request).await }
                 })
                 .await?
                 .into_inner();

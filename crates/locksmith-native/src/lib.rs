@@ -4,14 +4,20 @@
 //!
 //! Both speak one session stream per session (see `locksmith-proto`): requests, keep-alives and
 //! pushed grants share it, so waiting costs nothing and a release wakes exactly one waiter.
+//!
+//! A [`NativeBackend`] given a cluster's nodes also administers it:
+//! [`NativeBackend::cluster_status`], [`NativeBackend::add_node`] and
+//! [`NativeBackend::remove_node`] (`locksmith cluster status|add|remove`).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod cluster;
 mod convert;
 mod grpc;
 #[cfg(feature = "memory")]
 mod memory;
 mod mux;
 
+pub use cluster::{ClusterError, ClusterNode, ClusterStatus, NodeAdded, NodeRemoved, NodeRole};
 pub use grpc::{NativeBackend, TOKEN_FILE_ENV};
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;

@@ -106,6 +106,14 @@ pub enum MembershipError {
     /// learner first, the membership would be empty, …
     #[error("membership change refused: {0}")]
     Rejected(String),
+    /// The change contradicts the membership: removing the last voter, adding a node id that
+    /// is a member at another address.
+    #[error("{0}")]
+    Invalid(String),
+    /// The change did not complete in the time given (a new node did not catch up, no quorum
+    /// committed it); the message says how far it got.
+    #[error("{0}")]
+    Timeout(String),
     /// The node stopped.
     #[error("raft node stopped: {0}")]
     Stopped(String),

@@ -15,6 +15,9 @@ pub struct Leadership {
     pub term: u64,
     /// The leader of the current term, when known.
     pub leader: Option<NodeId>,
+    /// The leader's `host:port` as the membership records it, when the leader is known and a
+    /// member (clients are sent there).
+    pub leader_addr: Option<String>,
     /// Whether this node is the leader.
     pub is_leader: bool,
     /// This node is the leader and its state machine has applied an entry of its own term, so
@@ -35,9 +38,11 @@ impl Leadership {
         // this node is applied, everything before it is too.
         let ready = is_leader
             && m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term && l.leader_id.node_id == id);
+        let leader = crate::membership::current_leader(m);
         Self {
             term: m.current_term,
-            leader: m.current_leader,
+            leader,
+            leader_addr: leader.and_then(|l| m.membership_config.membership().get_node(&l)).map(|n| n.addr.clone()),
             is_leader,
             ready,
             stopped: m.running_state.is_err() || m.state == ServerState::Shutdown,

@@ -87,9 +87,11 @@
 //!
 //! # Cluster changes
 //! Form a cluster by starting every node with the same `peers`; add a node by starting it with
-//! no peers, then [`RaftNode::add_learner`] and [`RaftNode::change_membership`] on the leader;
-//! remove one with [`RaftNode::change_membership`]. A node whose directory was lost is removed
-//! first, then added back like a new one (it forgot its vote).
+//! no peers, then [`RaftNode::add_voter`] on the leader (a learner first, a voter once it caught
+//! up; [`RaftNode::add_learner`] and [`RaftNode::change_membership`] are the steps on their
+//! own); remove one with [`RaftNode::remove_node`]. A node whose directory was lost is removed
+//! first, then added back like a new one (it forgot its vote). [`RaftNode::cluster`] is a
+//! node's [`ClusterView`]: members, roles, the leader and how far each member's log is.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 // openraft's storage traits return its `StorageError` (224 bytes): helpers returning it too are
 // the natural shape, and errors are rare.
@@ -98,6 +100,7 @@
 mod config;
 pub mod error;
 mod leadership;
+mod membership;
 pub mod network;
 mod node;
 pub mod state_machine;
@@ -111,6 +114,11 @@ pub use error::MembershipError;
 pub use error::StartError;
 pub use error::StoreError;
 pub use leadership::Leadership;
+pub use membership::Added;
+pub use membership::ClusterView;
+pub use membership::Member;
+pub use membership::Removed;
+pub use membership::Role;
 pub use node::RaftNode;
 pub use node::MAX_COMMAND;
 pub use state_machine::Replica;

@@ -13,7 +13,9 @@ use openraft::error::ForwardToLeader;
 use openraft::error::InitializeError;
 use openraft::error::RaftError;
 use openraft::BasicNode;
+use openraft::ChangeMembers;
 use openraft::RaftMetrics;
+use openraft::ServerState;
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
@@ -22,6 +24,9 @@ use crate::error::LeaderHint;
 use crate::error::MembershipError;
 use crate::error::StartError;
 use crate::leadership::Leadership;
+use crate::membership::Added;
+use crate::membership::ClusterView;
+use crate::membership::Removed;
 use crate::network::pb::raft_server::RaftServer;
 use crate::network::Network;
 use crate::network::RaftService;
@@ -215,7 +220,7 @@ impl<M: Replicated> RaftNode<M> {
     /// # Cancel safety
     /// Not cancel safe: the learner may be added anyway.
     pub async fn add_learner(&self, id: NodeId, addr: String, blocking: bool) -> Result<(), MembershipError> {
-        membership_result(self.raft.add_learner(id, BasicNode::new(addr), blocking).await)
+        membership_result(self.raft.add_learner(id, BasicNode::new(addr), blocking).await).map(|_| ())
     }
 
     /// Makes `voters` the voting members, through a joint configuration. Nodes new to the
@@ -231,7 +236,122 @@ impl<M: Replicated> RaftNode<M> {
     /// Not cancel safe: the change may complete anyway, or stop in the joint configuration
     /// (which the next change completes).
     pub async fn change_membership(&self, voters: BTreeSet<NodeId>, retain: bool) -> Result<(), MembershipError> {
-        membership_result(self.raft.change_membership(voters, retain).await)
+        membership_result(self.raft.change_membership(voters, retain).await).map(|_| ())
+    }
+
+    /// Adds node `id`, reachable at `addr` (where it serves [`service`](Self::service)), as a
+    /// voter: as a learner first, then, once it stored the log up to the entry that added it
+    /// (from the log, or a snapshot), as a voter. Run on the leader (`locksmith cluster add`).
+    /// Start the new node with no peers beforehand (see [`start`](Self::start)).
+    ///
+    /// Within `limit` as a whole; a node that has not caught up by then stays a learner (call
+    /// again to promote it).
+    ///
+    /// # Errors
+    /// [`MembershipError::ForwardToLeader`]; [`MembershipError::Invalid`] when `id` is a member
+    /// at another address (remove it first); [`MembershipError::Timeout`];
+    /// [`MembershipError::Rejected`] (another change in progress); [`MembershipError::Stopped`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the node may stay a learner, or be promoted anyway.
+    pub async fn add_voter(&self, id: NodeId, addr: String, limit: Duration) -> Result<Added, MembershipError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        let view = self.cluster();
+        if !view.is_leader {
+            return Err(MembershipError::ForwardToLeader(view_hint(&view)));
+        }
+        match view.member(id) {
+            Some(m) if m.addr != addr => {
+                return Err(MembershipError::Invalid(format!(
+                    "node {id} is a member at {}; remove it first to add it at {addr}",
+                    m.addr
+                )))
+            }
+            Some(m) if m.voter && !view.changing => return Ok(Added::AlreadyVoter),
+            _ => {}
+        }
+        let added = tokio::time::timeout_at(deadline, self.raft.add_learner(id, BasicNode::new(addr), false))
+            .await
+            .map_err(|_| MembershipError::Timeout(format!("node {id} was not added as a learner within {limit:?}")))?;
+        let index = membership_result(added)?.log_id.index;
+        let mut metrics = self.raft.metrics();
+        let caught_up = tokio::time::timeout_at(deadline, async {
+            // Done when it has the entry that added it, or when this node stops leading (the
+            // change below then says where the leader is).
+            metrics
+                .wait_for(|m| m.state != ServerState::Leader || matched(m, id).is_some_and(|i| i >= index))
+                .await
+                .map(|_| ())
+        })
+        .await;
+        match caught_up {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => return Err(MembershipError::Stopped("the node stopped".into())),
+            Err(_) => {
+                let has = match matched(&self.raft.metrics().borrow(), id) {
+                    Some(i) => format!("it has the log up to index {i} of {index}"),
+                    None => "it has not answered the leader yet: is it running, started with --join, and reachable \
+                             from the leader at that address?"
+                        .to_string(),
+                };
+                return Err(MembershipError::Timeout(format!(
+                    "node {id} did not catch up within {limit:?} ({has}); it stays a learner: add it again to \
+                     promote it, or remove it"
+                )));
+            }
+        }
+        let promoted = tokio::time::timeout_at(deadline, self.change(ChangeMembers::AddVoterIds([id].into())))
+            .await
+            .map_err(|_| {
+                MembershipError::Timeout(format!(
+                    "node {id} caught up, but its promotion to voter was not committed within {limit:?}"
+                ))
+            })?;
+        promoted.map(|()| Added::Promoted)
+    }
+
+    /// Removes node `id` (a voter or a learner) from the cluster. Removing the leader (this
+    /// node) is allowed: it steps down once the change is committed, and the others elect a
+    /// new leader. Removing the last voter is refused. Run on the leader (`locksmith cluster
+    /// remove`).
+    ///
+    /// # Errors
+    /// [`MembershipError::ForwardToLeader`]; [`MembershipError::Invalid`] for the last voter;
+    /// [`MembershipError::Timeout`] when no quorum committed the change within `limit`;
+    /// [`MembershipError::Rejected`] (another change in progress); [`MembershipError::Stopped`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the change may complete anyway, or stop in the joint configuration
+    /// (which the next change completes).
+    pub async fn remove_node(&self, id: NodeId, limit: Duration) -> Result<Removed, MembershipError> {
+        let view = self.cluster();
+        if !view.is_leader {
+            return Err(MembershipError::ForwardToLeader(view_hint(&view)));
+        }
+        let Some(member) = view.member(id) else { return Ok(Removed::NotAMember) };
+        let (change, removed) = if member.voter {
+            if view.voters().all(|v| v == id) {
+                return Err(MembershipError::Invalid(format!(
+                    "node {id} is the last voter: a cluster cannot go on without one"
+                )));
+            }
+            (ChangeMembers::RemoveVoters([id].into()), Removed::Voter { was_leader: id == self.id })
+        } else {
+            (ChangeMembers::RemoveNodes([id].into()), Removed::Learner)
+        };
+        tokio::time::timeout(limit, self.change(change))
+            .await
+            .map_err(|_| {
+                MembershipError::Timeout(format!(
+                    "removing node {id} was not committed within {limit:?} (does a quorum of the old and the new \
+                     voters run?)"
+                ))
+            })?
+            .map(|()| removed)
+    }
+
+    async fn change(&self, change: ChangeMembers<NodeId, Node>) -> Result<(), MembershipError> {
+        membership_result(self.raft.change_membership(change, false).await).map(|_| ())
     }
 
     /// The application's state and the log position it reflects. Lock it briefly: applying
@@ -256,6 +376,12 @@ impl<M> RaftNode<M> {
     /// A watch of this node's [`Leadership`]: term, leader id, whether it leads and is ready.
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
         self.leadership.clone()
+    }
+
+    /// This node's view of the cluster now: members, roles, the leader, log indexes (and, on
+    /// the leader, each member's matched index).
+    pub fn cluster(&self) -> ClusterView {
+        ClusterView::from_metrics(&self.raft.metrics().borrow())
     }
 
     /// openraft's full metrics (log indexes, replication progress, membership).
@@ -322,11 +448,21 @@ fn hint(f: ForwardToLeader<NodeId, Node>) -> LeaderHint {
     LeaderHint { id: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
 }
 
+/// Where the leader is, as `view` knows.
+fn view_hint(view: &ClusterView) -> LeaderHint {
+    LeaderHint { id: view.leader, addr: view.leader_addr().map(str::to_string) }
+}
+
+/// The last log index the leader knows node `id` stored (leader only).
+fn matched(m: &RaftMetrics<NodeId, Node>, id: NodeId) -> Option<u64> {
+    m.replication.as_ref()?.get(&id)?.as_ref().map(|l| l.index)
+}
+
 fn membership_result<T>(
     r: Result<T, RaftError<NodeId, openraft::error::ClientWriteError<NodeId, Node>>>,
-) -> Result<(), MembershipError> {
+) -> Result<T, MembershipError> {
     match r {
-        Ok(_) => Ok(()),
+        Ok(t) => Ok(t),
         Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f))) => {
             Err(MembershipError::ForwardToLeader(hint(f)))
         }

@@ -55,23 +55,29 @@ impl Grpc {
 
     /// The caller's principal (`None` without an auth policy), or `UNAUTHENTICATED`.
     fn principal<T>(&self, request: &Request<T>) -> Result<Option<Principal>, Status> {
-        let Some(auth) = &self.auth else { return Ok(None) };
-        let bearer = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
-        let certs = request.peer_certs();
-        let certificate = certs.as_ref().and_then(|c| c.first()).map(|c| c.as_ref());
-        match auth.authenticate(bearer, certificate) {
-            Some(p) => Ok(Some(p)),
-            None if bearer.is_some() => Err(Status::unauthenticated("the bearer token is not known to this server")),
-            None => Err(Status::unauthenticated(
-                "authentication required: a bearer token (locksmith://…?token_file=FILE or LOCKSMITH_TOKEN_FILE) or a \
-                 client certificate listed in the server's policy",
-            )),
-        }
+        authenticate(self.auth.as_ref(), request)
+    }
+}
+
+/// The principal of a call under `auth` (`None` without an auth policy): from its bearer token,
+/// or failing that its client certificate; `UNAUTHENTICATED` when neither is known.
+pub(crate) fn authenticate<T>(auth: Option<&Auth>, request: &Request<T>) -> Result<Option<Principal>, Status> {
+    let Some(auth) = auth else { return Ok(None) };
+    let bearer = request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim);
+    let certs = request.peer_certs();
+    let certificate = certs.as_ref().and_then(|c| c.first()).map(|c| c.as_ref());
+    match auth.authenticate(bearer, certificate) {
+        Some(p) => Ok(Some(p)),
+        None if bearer.is_some() => Err(Status::unauthenticated("the bearer token is not known to this server")),
+        None => Err(Status::unauthenticated(
+            "authentication required: a bearer token (locksmith://…?token_file=FILE or LOCKSMITH_TOKEN_FILE) or a \
+             client certificate listed in the server's policy",
+        )),
     }
 }
 
@@ -175,7 +181,9 @@ fn end_status(end: StreamEnd) -> Status {
 /// leader's `host:port`.
 pub use locksmith_proto::LEADER_HEADER;
 
-fn not_serving(leader: Option<String>) -> Status {
+/// `UNAVAILABLE` saying this node does not lead, with the leader's address in [`LEADER_HEADER`]
+/// when it is known.
+pub(crate) fn not_serving(leader: Option<String>) -> Status {
     let mut status = Status::unavailable(crate::ServerError::NotServing { leader: leader.clone() }.to_string());
     if let Some(value) = leader.and_then(|l| tonic::metadata::MetadataValue::try_from(l).ok()) {
         status.metadata_mut().insert(LEADER_HEADER, value);

@@ -173,7 +173,7 @@ pub async fn serve(
         None => Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?,
         Some(cluster) => {
             let node = start_raft(&opts, cluster).await?;
-            let (service, task) = Service::start_cluster(node.clone(), opts.limits.clone(), cluster.peers.clone());
+            let (service, task) = Service::start_cluster(node.clone(), opts.limits.clone());
             raft = Some(node);
             (service, task)
         }
@@ -200,6 +200,8 @@ pub async fn serve(
         .add_service(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone()))
         // Peers reach a cluster node on the same port, through the same TLS.
         .add_optional_service(raft.as_ref().map(|node| node.service()))
+        // A single node answers that it is not a cluster.
+        .add_service(crate::cluster::admin::Admin::server(raft.clone(), opts.auth.clone()))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });
@@ -285,7 +287,11 @@ async fn start_raft(
         locksmith_raft::StartError::Config(m) => ServerError::Config(m),
         other => ServerError::Failed(format!("raft: {other}")),
     })?;
-    tracing::info!(node = cluster.node_id, peers = ?cluster.peers, "cluster node started");
+    if cluster.peers.is_empty() && node.cluster().members.is_empty() {
+        tracing::info!(node = cluster.node_id, "cluster node started; waiting to be added (locksmith cluster add)");
+    } else {
+        tracing::info!(node = cluster.node_id, peers = ?cluster.peers, "cluster node started");
+    }
     Ok(std::sync::Arc::new(node))
 }
 

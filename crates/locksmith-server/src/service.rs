@@ -4,7 +4,7 @@
 //! connection tasks decoded (`pb_impl`); the task completes each request with its session and
 //! message id into a machine command, and turns the answer back into a message.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -85,7 +85,6 @@ pub struct Serving {
 struct Role {
     node: Arc<RaftNode<ReplicaMachine>>,
     leadership: watch::Receiver<Leadership>,
-    peers: BTreeMap<u64, String>,
     serving: bool,
     /// Look at the leadership again after this long even if it did not change: at start,
     /// because openraft restarts a node that led as the leader (the watched value is already
@@ -127,16 +126,14 @@ impl Service {
     }
 
     /// Starts the service of a cluster node over its Raft `node`: it serves clients while this
-    /// node leads (see `crate::cluster`), and tells them where the leader is otherwise.
-    /// `peers` maps node ids to the addresses clients reach them at.
+    /// node leads (see `crate::cluster`), and tells them where the leader is otherwise (the
+    /// address the membership records for it).
     pub fn start_cluster(
         node: Arc<RaftNode<ReplicaMachine>>,
         limits: Limits,
-        peers: BTreeMap<u64, String>,
     ) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
         let sink = Sink::Cluster(crate::cluster::committer::start(node.clone()));
-        let role =
-            Role { leadership: node.leadership(), node, peers, serving: false, check_again: Some(Duration::ZERO) };
+        let role = Role { leadership: node.leadership(), node, serving: false, check_again: Some(Duration::ZERO) };
         Self::spawn(Machine::new(limits, 0), sink, Some(role))
     }
 
@@ -331,7 +328,7 @@ impl Actor {
         let Some(role) = self.cluster.as_mut() else { return };
         role.check_again = None;
         let l = role.leadership.borrow_and_update().clone();
-        let leader = l.leader.and_then(|id| role.peers.get(&id).cloned());
+        let leader = l.leader_addr.clone();
         if l.is_leader && l.ready && !role.serving {
             let node = role.node.clone();
             // The committed state, as a restarted single node reads its log.

@@ -1,5 +1,7 @@
 //! A cluster of native servers as real processes: `locksmith serve --node-id N --peers …` on
 //! free loopback ports, each with its own temp data dir; every process killed by PID on drop.
+//! A node can also be restarted with `--join` (after [`NativeCluster::wipe`]: a lost disk) and
+//! added back with `locksmith cluster add`.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -19,6 +21,10 @@ pub struct NativeCluster {
     peers: String,
     /// Fault proxies on every path, when started with [`NativeCluster::start_with_links`].
     links: Option<Links>,
+    /// More `serve` arguments for every node (e.g. `--auth FILE`).
+    serve_args: Vec<String>,
+    /// Options for the URLs this hands out and its own checks (e.g. `token_file=…`).
+    query: Option<String>,
 }
 
 #[derive(Debug)]
@@ -38,7 +44,7 @@ impl NativeCluster {
     /// # Panics
     /// When a node does not listen within 20 s or no leader is elected within 20 s.
     pub fn start(bin: &Path, size: usize) -> Self {
-        Self::start_inner(bin, size, false)
+        Self::start_inner(bin, size, &[], None, false)
     }
 
     /// Like [`start`](Self::start), with a fault proxy on every path: between each ordered pair
@@ -49,10 +55,20 @@ impl NativeCluster {
     /// # Panics
     /// As [`start`](Self::start), or when a proxy cannot bind a loopback port.
     pub fn start_with_links(bin: &Path, size: usize) -> Self {
-        Self::start_inner(bin, size, true)
+        Self::start_inner(bin, size, &[], None, true)
     }
 
-    fn start_inner(bin: &Path, size: usize, with_links: bool) -> Self {
+    /// [`NativeCluster::start`] with more `serve` arguments for every node (kept for restarts),
+    /// e.g. `["--auth", "policy.toml"]`, and `query` (e.g. `token_file=admin.token`) added to
+    /// the URLs it hands out and used for its own checks (finding the leader).
+    ///
+    /// # Panics
+    /// As [`NativeCluster::start`].
+    pub fn start_with(bin: &Path, size: usize, serve_args: &[&str], query: Option<&str>) -> Self {
+        Self::start_inner(bin, size, serve_args, query, false)
+    }
+
+    fn start_inner(bin: &Path, size: usize, serve_args: &[&str], query: Option<&str>, with_links: bool) -> Self {
         let nodes: Vec<Node> = (1..=size as u64)
             .map(|id| Node {
                 id,
@@ -64,7 +80,14 @@ impl NativeCluster {
             .collect();
         let peers = nodes.iter().map(|n| format!("{}=127.0.0.1:{}", n.id, n.port)).collect::<Vec<_>>().join(",");
         let links = with_links.then(|| Links::start(&nodes.iter().map(|n| (n.id, n.port)).collect()));
-        let mut c = Self { bin: bin.to_path_buf(), nodes, peers, links };
+        let mut c = Self {
+            bin: bin.to_path_buf(),
+            nodes,
+            peers,
+            links,
+            serve_args: serve_args.iter().map(|a| a.to_string()).collect(),
+            query: query.map(str::to_string),
+        };
         for id in 1..=size as u64 {
             c.restart(id);
         }
@@ -72,10 +95,16 @@ impl NativeCluster {
         c
     }
 
-    /// `locksmith://127.0.0.1:P1,127.0.0.1:P2,…`: every node, so clients find the leader.
+    /// `locksmith://127.0.0.1:P1,127.0.0.1:P2,…`: every node, so clients find the leader (with
+    /// the query of [`NativeCluster::start_with`], if any).
     pub fn url(&self) -> String {
+        self.with_query(format!("locksmith://{}", self.hosts()))
+    }
+
+    /// `127.0.0.1:P1,127.0.0.1:P2,…`: every node, for a URL with options of one's own.
+    pub fn hosts(&self) -> String {
         let hosts: Vec<String> = self.nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
-        format!("locksmith://{}", hosts.join(","))
+        hosts.join(",")
     }
 
     /// `locksmith://…` through the client proxies of nodes `ids` (a cluster started with
@@ -121,7 +150,19 @@ impl NativeCluster {
 
     /// The URL of node `id` alone.
     pub fn node_url(&self, id: u64) -> String {
-        format!("locksmith://127.0.0.1:{}", self.node(id).port)
+        self.with_query(format!("locksmith://{}", self.addr(id)))
+    }
+
+    /// Node `id`'s address, `127.0.0.1:PORT` (as `locksmith cluster add` takes it).
+    pub fn addr(&self, id: u64) -> String {
+        format!("127.0.0.1:{}", self.node(id).port)
+    }
+
+    fn with_query(&self, url: String) -> String {
+        match &self.query {
+            Some(q) => format!("{url}?{q}"),
+            None => url,
+        }
     }
 
     /// Node ids, 1..=size.
@@ -146,7 +187,7 @@ impl NativeCluster {
     pub fn leader(&self) -> Option<u64> {
         self.nodes.iter().filter(|n| n.process.is_some()).find_map(|n| {
             let out = Command::new(&self.bin)
-                .args(["status", "--backend", &format!("locksmith://127.0.0.1:{}", n.port)])
+                .args(["status", "--backend", &self.node_url(n.id)])
                 .stdin(Stdio::null())
                 .stderr(Stdio::null())
                 .output()
@@ -210,21 +251,55 @@ impl NativeCluster {
         }
     }
 
+    /// Runs `locksmith cluster ARGS --backend URL` (this cluster's [`url`](Self::url) unless
+    /// `backend` is given) and returns what it did.
+    ///
+    /// # Panics
+    /// When the command cannot be started.
+    pub fn cluster_command(&self, args: &[&str], backend: Option<&str>) -> std::process::Output {
+        let url = backend.map_or_else(|| self.url(), str::to_string);
+        Command::new(&self.bin)
+            .arg("cluster")
+            .args(args)
+            .args(["--backend", &url])
+            .env_remove("LOCKSMITH_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("running locksmith cluster {args:?}: {e}"))
+    }
+
     /// Deletes node `id`'s data (it must be stopped).
     pub fn wipe(&mut self, id: u64) {
         let dir = self.node(id).dir.path().join("data");
         let _ = std::fs::remove_dir_all(dir);
     }
 
-    /// (Re)starts node `id` on its port and data dir.
+    /// (Re)starts node `id` on its port and data dir, with `--peers` (every node of the
+    /// cluster as started): a new node forms the cluster, one with cluster state restarts.
     ///
     /// # Panics
     /// When it does not listen within 20 s.
     pub fn restart(&mut self, id: u64) {
+        let membership = ["--peers".to_string(), self.peers.clone()];
+        self.launch(id, &membership);
+    }
+
+    /// (Re)starts node `id` on its port and data dir with `--join`: with an empty data dir
+    /// (after [`NativeCluster::wipe`]) it waits to be added with `locksmith cluster add`; one
+    /// with cluster state restarts as that member.
+    ///
+    /// # Panics
+    /// When it does not listen within 20 s.
+    pub fn restart_joining(&mut self, id: u64) {
+        self.launch(id, &["--join".to_string()]);
+    }
+
+    /// Starts node `id` with `membership` (`--peers …` or `--join`).
+    fn launch(&mut self, id: u64, membership: &[String]) {
         self.kill9(id);
         let bin = self.bin.clone();
-        let peers = self.peers.clone();
         let routes = self.links.as_ref().map(|l| l.routes(id));
+        let serve_args = self.serve_args.clone();
         let node = self.node_mut(id);
         let mut cmd = Command::new(&bin);
         cmd.arg("serve")
@@ -234,8 +309,8 @@ impl NativeCluster {
             .arg(node.dir.path().join("data"))
             .arg("--node-id")
             .arg(id.to_string())
-            .arg("--peers")
-            .arg(&peers)
+            .args(membership)
+            .args(&serve_args)
             .env("LOCKSMITH_LOG", "info,openraft=warn,h2=warn,tower=warn,hyper=warn")
             .stdin(Stdio::null());
         if let Some(routes) = routes {

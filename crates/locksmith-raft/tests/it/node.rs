@@ -9,6 +9,7 @@ use locksmith_raft::RaftNode;
 use locksmith_raft::StartError;
 use locksmith_raft::StoreError;
 use locksmith_raft::MAX_COMMAND;
+use tokio::net::TcpListener;
 use tonic::transport::Certificate;
 use tonic::transport::ClientTlsConfig;
 use tonic::transport::Identity;
@@ -64,6 +65,44 @@ async fn a_single_node_restarts_on_its_directory_with_its_state() {
         assert_eq!(replica.machine().commands(), (0..10).map(command).collect::<Vec<_>>());
     }
     again.shutdown().await.unwrap();
+}
+
+/// Membership changes on a one-node cluster: its view names it leader and voter; the last voter
+/// cannot be removed; a member cannot be added at another address, and at its own changes
+/// nothing; a node that never answers stays a learner when the time runs out, and is removed;
+/// removing a node that is no member changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn membership_changes_are_checked_against_the_cluster() {
+    use locksmith_raft::{Added, MembershipError, Removed, Role};
+
+    init_tracing();
+    let dirs = tempfile::tempdir().unwrap();
+    let (mut ls, peers) = listeners(1).await;
+    let mut nodes = vec![Some(TestNode::start(1, &dirs.path().join("n1"), ls.remove(0), peers.clone()).await)];
+    leader(&nodes, Duration::from_secs(10)).await;
+    let n = &nodes[0].as_ref().unwrap().node;
+    let view = n.cluster();
+    assert!(view.is_leader && view.leader == Some(1) && !view.changing, "{view:?}");
+    assert_eq!(view.members.len(), 1);
+    let me = &view.members[0];
+    assert!(me.role == Role::Leader && me.voter && me.addr == peers[&1] && me.matched.is_some(), "{me:?}");
+
+    let limit = Duration::from_secs(5);
+    let last = n.remove_node(1, limit).await;
+    assert!(matches!(&last, Err(MembershipError::Invalid(m)) if m.contains("last voter")), "{last:?}");
+    let moved = n.add_voter(1, "127.0.0.1:1".into(), limit).await;
+    assert!(matches!(&moved, Err(MembershipError::Invalid(m)) if m.contains("remove it first")), "{moved:?}");
+    assert_eq!(n.add_voter(1, peers[&1].clone(), limit).await.unwrap(), Added::AlreadyVoter);
+
+    let nowhere = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().to_string();
+    let slow = n.add_voter(2, nowhere, Duration::from_millis(500)).await;
+    assert!(matches!(&slow, Err(MembershipError::Timeout(m)) if m.contains("stays a learner")), "{slow:?}");
+    let learner = n.cluster().member(2).cloned().unwrap();
+    assert!(learner.role == Role::Learner && !learner.voter && learner.matched.is_none(), "{learner:?}");
+    assert_eq!(n.remove_node(2, limit).await.unwrap(), Removed::Learner);
+    assert_eq!(n.remove_node(2, limit).await.unwrap(), Removed::NotAMember);
+    assert_eq!(n.cluster().voters().collect::<Vec<_>>(), vec![1]);
+    nodes[0].as_mut().unwrap().stop().await;
 }
 
 /// Initial peers must name the node itself.

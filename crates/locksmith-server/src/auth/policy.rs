@@ -10,7 +10,7 @@
 //!
 //! [principals.ops]
 //! tokens = ["…"]
-//! admin = true                                    # lock and observe every name
+//! admin = true                                    # lock and observe every name; change the cluster
 //! ```
 //!
 //! Tokens are stored as hashes, so the file is not itself a secret; a token is compared by its
@@ -37,6 +37,12 @@ impl Principal {
     /// Whether it may acquire (and release) lock `name`.
     pub fn may_lock(&self, name: &str) -> bool {
         self.admin || self.lock.iter().any(|p| name.starts_with(p.as_str()))
+    }
+
+    /// Whether it is an admin: it may lock and observe every name, and change a cluster's
+    /// membership (`locksmith cluster add|remove`).
+    pub fn is_admin(&self) -> bool {
+        self.admin
     }
 
     /// Whether it may see lock `name` in status.

@@ -13,7 +13,12 @@
 //! expire (Chubby's grace period: a client that renewed in time never loses its lock to a
 //! fail-over), queued waiters re-sent by the clients as they resume, tokens above the floor. A
 //! node that stops leading ends its streams; its clients resume their sessions on the new leader.
+//!
+//! Membership (`admin`): any node shows its view of the cluster, and the leader adds and
+//! removes nodes (`locksmith cluster status|add|remove`) through the `locksmith.v1.Cluster`
+//! service on the server's own port.
 
+pub(crate) mod admin;
 pub(crate) mod committer;
 mod replica;
 
@@ -23,13 +28,25 @@ pub use replica::ReplicaMachine;
 use std::collections::BTreeMap;
 
 /// A node's part in a cluster.
+///
+/// ```
+/// use locksmith_server::cluster::ClusterOptions;
+/// // One of three nodes forming a new cluster (`locksmith serve --node-id 1 --peers …`):
+/// let peers = (1..=3).map(|id| (id, format!("10.0.0.{id}:7531"))).collect();
+/// let first = ClusterOptions::new(1, peers);
+/// assert_eq!(first.peers.len(), 3);
+/// // A node that waits to be added (`locksmith serve --node-id 4 --join`):
+/// let joining = ClusterOptions::join(4);
+/// assert!(joining.peers.is_empty());
+/// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct ClusterOptions {
     /// This node's id.
     pub node_id: u64,
     /// Every voter's id and address (`host:port`, where its server listens for clients and
-    /// peers alike), this node included.
+    /// peers alike), this node included, when the node forms a new cluster with them; empty
+    /// when it joins an existing one. Only read while the data directory holds no cluster yet.
     pub peers: BTreeMap<u64, String>,
     /// Peers this node reaches at another address than the one in `peers` (a proxy, a tunnel):
     /// `peers` is the cluster's view, the same on every node; `routes` is this node's alone.
@@ -37,7 +54,8 @@ pub struct ClusterOptions {
 }
 
 impl ClusterOptions {
-    /// Node `node_id` of the cluster `peers`.
+    /// Node `node_id` of the cluster `peers`: with a data directory that holds no cluster yet,
+    /// it forms one with them (see [`RaftNode::start`](locksmith_raft::RaftNode::start)).
     pub fn new(node_id: u64, peers: BTreeMap<u64, String>) -> Self {
         Self { node_id, peers, routes: BTreeMap::new() }
     }
@@ -46,5 +64,12 @@ impl ClusterOptions {
     pub fn routes(mut self, routes: BTreeMap<u64, String>) -> Self {
         self.routes = routes;
         self
+    }
+
+    /// Node `node_id` joining an existing cluster: with a data directory that holds no cluster
+    /// yet, it waits until the leader adds it (`locksmith cluster add`); otherwise it restarts
+    /// as the member its directory says it is.
+    pub fn join(node_id: u64) -> Self {
+        Self { node_id, peers: BTreeMap::new(), routes: BTreeMap::new() }
     }
 }

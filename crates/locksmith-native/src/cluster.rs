@@ -1,0 +1,329 @@
+//! Cluster administration through a [`NativeBackend`] (`locksmith cluster status|add|remove`):
+//! the server's `locksmith.v1.Cluster` service, reached like every other call. Give the backend
+//! every node (`locksmith://h1:p1,h2:p2,h3:p3`): membership changes go to the leader, following
+//! the `locksmith-leader` hint of a node that does not lead, and a status prefers the leader's
+//! view (only the leader knows how far each node's log is).
+
+use std::time::Duration;
+
+use locksmith_core::Error;
+use locksmith_proto::cluster_client::ClusterClient;
+use locksmith_proto::cluster_node::Role as PbRole;
+use locksmith_proto::{AddNodeRequest, ClusterStatusRequest, RemoveNodeRequest};
+
+use crate::grpc::{Failed, GrpcConnector, CONNECT_TIMEOUT};
+use crate::NativeBackend;
+
+/// What a member does in the cluster, as the reporting node sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NodeRole {
+    /// It leads.
+    Leader,
+    /// A voter that follows the leader.
+    Follower,
+    /// It receives the log but does not vote.
+    Learner,
+}
+
+impl NodeRole {
+    /// `leader`, `follower` or `learner`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Leader => "leader",
+            Self::Follower => "follower",
+            Self::Learner => "learner",
+        }
+    }
+}
+
+/// One member of a cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterNode {
+    /// Its node id.
+    pub id: u64,
+    /// Its `host:port`.
+    pub addr: String,
+    /// Leader, follower or learner.
+    pub role: NodeRole,
+    /// Whether it votes.
+    pub voter: bool,
+    /// The last log index the leader knows it stored; only in the leader's view.
+    pub matched_index: Option<u64>,
+}
+
+/// One node's view of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterStatus {
+    /// The node whose view this is.
+    pub node_id: u64,
+    /// Its current term.
+    pub term: u64,
+    /// The leader, when known.
+    pub leader: Option<u64>,
+    /// The leader's `host:port`, when known.
+    pub leader_addr: Option<String>,
+    /// The index of the last entry in its log.
+    pub last_log_index: Option<u64>,
+    /// The index of the last entry it applied.
+    pub applied_index: Option<u64>,
+    /// A membership change is under way.
+    pub changing: bool,
+    /// The members, in id order (empty on a node that waits to be added).
+    pub nodes: Vec<ClusterNode>,
+}
+
+impl ClusterStatus {
+    /// Whether this is the leader's own view (with each node's matched index).
+    pub fn is_leader_view(&self) -> bool {
+        self.leader == Some(self.node_id)
+    }
+
+    /// The voters.
+    pub fn voters(&self) -> impl Iterator<Item = &ClusterNode> {
+        self.nodes.iter().filter(|n| n.voter)
+    }
+}
+
+/// What [`NativeBackend::add_node`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeAdded {
+    /// The leader's view afterwards.
+    pub status: ClusterStatus,
+    /// The node was a voter at that address already; nothing changed.
+    pub already_voter: bool,
+}
+
+/// What [`NativeBackend::remove_node`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct NodeRemoved {
+    /// The view of the node that made the change (the old leader's, when it removed itself).
+    pub status: ClusterStatus,
+    /// It was a member; `false`: nothing changed.
+    pub was_member: bool,
+    /// It was the leader: it steps down, and the other voters elect a new one.
+    pub was_leader: bool,
+}
+
+/// Why a cluster administration call failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClusterError {
+    /// The server runs alone (started without `--node-id`), or predates cluster administration.
+    #[error("{backend} is not a cluster: {message}")]
+    NotACluster {
+        /// The backend URL (without credentials).
+        backend: String,
+        /// What the server said.
+        message: String,
+    },
+    /// The change contradicts the cluster as it is: removing the last voter, a node id that is
+    /// a member at another address, an address that is not `HOST:PORT`.
+    #[error("{backend} refused the change: {message}")]
+    Refused {
+        /// The backend URL.
+        backend: String,
+        /// Why.
+        message: String,
+    },
+    /// The change did not complete in time (a new node did not catch up, no quorum committed
+    /// it); the message says how far it got. Running the same command again resumes it.
+    #[error("{backend}: {message}")]
+    TimedOut {
+        /// The backend URL.
+        backend: String,
+        /// How far it got.
+        message: String,
+    },
+    /// The leader could not make the change now (another change in progress): try again.
+    #[error("{backend} could not change the membership now: {message}")]
+    Busy {
+        /// The backend URL.
+        backend: String,
+        /// Why.
+        message: String,
+    },
+    /// The call did not get that far: the server is unreachable, refused the credentials
+    /// ([`Error::Auth`], also for a principal that is not an admin), or the TLS configuration
+    /// is wrong.
+    #[error(transparent)]
+    Client(#[from] Error),
+}
+
+impl NativeBackend {
+    /// A node's view of the cluster: the leader's when it can be reached through this
+    /// backend's addresses (the leader a node names is asked first, then the other nodes),
+    /// otherwise that of the first node that answered.
+    ///
+    /// ```no_run
+    /// # async fn show() -> Result<(), Box<dyn std::error::Error>> {
+    /// let url = "locksmith://10.0.0.1:7531,10.0.0.2:7531,10.0.0.3:7531";
+    /// let status = locksmith_native::NativeBackend::from_url(url)?.cluster_status().await?;
+    /// for n in &status.nodes {
+    ///     println!("{} {} {} matched={:?}", n.id, n.addr, n.role.as_str(), n.matched_index);
+    /// }
+    /// # Ok(())
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`ClusterError::NotACluster`]; [`ClusterError::Client`] when no node answered or the
+    /// credentials were refused.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, ClusterError> {
+        let inner = &self.inner;
+        let status = inner
+            .on_leader_raw(CONNECT_TIMEOUT * 2, |channel| {
+                let request = inner.request(ClusterStatusRequest {});
+                async move { ClusterClient::new(channel).status(request).await }
+            })
+            .await;
+        let status = match status {
+            Ok(s) => from_pb(s.into_inner()),
+            Err(f) => return Err(cluster_error(inner, f).await),
+        };
+        if status.is_leader_view() {
+            return Ok(status);
+        }
+        // Another node answered: ask the leader it names, then the other nodes, for the
+        // leader's own view (only it knows how far each node's log is).
+        let answered = status.nodes.iter().find(|n| n.id == status.node_id).map(|n| n.addr.as_str());
+        let named = status.leader_addr.as_deref();
+        let mut others: Vec<_> = inner.peers.iter().filter(|p| Some(p.addr.as_str()) != answered).collect();
+        others.sort_by_key(|p| Some(p.addr.as_str()) != named);
+        for peer in others {
+            let mut client = ClusterClient::new(peer.channel());
+            let call = client.status(inner.request(ClusterStatusRequest {}));
+            if let Ok(Ok(answer)) = tokio::time::timeout(CONNECT_TIMEOUT, call).await {
+                let view = from_pb(answer.into_inner());
+                if view.is_leader_view() {
+                    return Ok(view);
+                }
+            }
+        }
+        // The first node's view is still an answer.
+        Ok(status)
+    }
+
+    /// Adds node `id`, listening at `addr` (`host:port`, started with `locksmith serve
+    /// --node-id ID --join`), to the cluster as a voter: the leader adds it as a learner, waits
+    /// until it has caught up with the log, then promotes it. The whole change may take
+    /// `timeout` (the server caps it at 10 minutes); a node that has not caught up by then
+    /// stays a learner, and calling again promotes it. Adding a voter at its own address again
+    /// changes nothing.
+    ///
+    /// # Errors
+    /// [`ClusterError::NotACluster`], [`ClusterError::Refused`], [`ClusterError::TimedOut`],
+    /// [`ClusterError::Busy`], [`ClusterError::Client`] (with [`Error::Auth`] for a principal
+    /// that is not an admin).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the leader goes on; the node may end up a learner or a voter (see
+    /// [`cluster_status`](Self::cluster_status)).
+    pub async fn add_node(&self, id: u64, addr: &str, timeout: Duration) -> Result<NodeAdded, ClusterError> {
+        let inner = &self.inner;
+        let req = AddNodeRequest { id, addr: addr.to_string(), timeout_ms: timeout_ms(timeout) };
+        let answer = inner
+            .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, |channel| {
+                let request = inner.request(req.clone());
+                async move { ClusterClient::new(channel).add_node(request).await }
+            })
+            .await;
+        let answer = match answer {
+            Ok(a) => a.into_inner(),
+            Err(f) => return Err(cluster_error(inner, f).await),
+        };
+        let status = answer.status.ok_or_else(|| missing("an add_node answer"))?;
+        Ok(NodeAdded { status: from_pb(status), already_voter: answer.already_voter })
+    }
+
+    /// Removes node `id` (a voter or a learner) from the cluster, within `timeout`. Removing
+    /// the leader is allowed: it steps down once the change is committed, and the other voters
+    /// elect a new leader. Removing the last voter is refused; removing a node that is no
+    /// member changes nothing.
+    ///
+    /// # Errors
+    /// As [`add_node`](Self::add_node).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the leader goes on with the change.
+    pub async fn remove_node(&self, id: u64, timeout: Duration) -> Result<NodeRemoved, ClusterError> {
+        let inner = &self.inner;
+        let req = RemoveNodeRequest { id, timeout_ms: timeout_ms(timeout) };
+        let answer = inner
+            .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, |channel| {
+                let request = inner.request(req);
+                async move { ClusterClient::new(channel).remove_node(request).await }
+            })
+            .await;
+        let answer = match answer {
+            Ok(a) => a.into_inner(),
+            Err(f) => return Err(cluster_error(inner, f).await),
+        };
+        let status = answer.status.ok_or_else(|| missing("a remove_node answer"))?;
+        Ok(NodeRemoved { status: from_pb(status), was_member: answer.was_member, was_leader: answer.was_leader })
+    }
+}
+
+/// `timeout` in whole milliseconds, at least one (zero would mean the server's default).
+fn timeout_ms(timeout: Duration) -> u64 {
+    u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+fn missing(what: &str) -> Error {
+    Error::Protocol(format!("{what} without the cluster's status"))
+}
+
+/// What a failed administration call means.
+async fn cluster_error(inner: &GrpcConnector, f: Failed) -> ClusterError {
+    use tonic::Code;
+    let backend = inner.url.clone();
+    let message = f.status.message().to_string();
+    match f.status.code() {
+        Code::FailedPrecondition => ClusterError::NotACluster { backend, message },
+        Code::Unimplemented => ClusterError::NotACluster {
+            backend,
+            message: "the server offers no cluster administration (a locksmith server from before `locksmith \
+                      cluster`)"
+                .into(),
+        },
+        Code::InvalidArgument => ClusterError::Refused { backend, message },
+        Code::DeadlineExceeded => ClusterError::TimedOut { backend, message },
+        Code::Aborted => ClusterError::Busy { backend, message },
+        _ => ClusterError::Client(inner.failure(&f).await),
+    }
+}
+
+/// A status as the protocol carries it.
+fn from_pb(s: locksmith_proto::ClusterStatus) -> ClusterStatus {
+    let nodes = s
+        .nodes
+        .into_iter()
+        .map(|n| {
+            let role = match PbRole::try_from(n.role) {
+                Ok(PbRole::Leader) => NodeRole::Leader,
+                Ok(PbRole::Follower) => NodeRole::Follower,
+                Ok(PbRole::Learner) => NodeRole::Learner,
+                _ if n.voter => NodeRole::Follower,
+                _ => NodeRole::Learner,
+            };
+            ClusterNode { id: n.id, addr: n.addr, role, voter: n.voter, matched_index: n.matched_index }
+        })
+        .collect();
+    ClusterStatus {
+        node_id: s.node_id,
+        term: s.term,
+        leader: s.leader_id,
+        leader_addr: Some(s.leader_addr).filter(|a| !a.is_empty()),
+        last_log_index: s.last_log_index,
+        applied_index: s.applied_index,
+        changing: s.changing,
+        nodes,
+    }
+}

@@ -1,0 +1,171 @@
+//! A node's view of its cluster ([`ClusterView`]) and the outcomes of membership changes, as
+//! `locksmith cluster status|add|remove` shows them.
+
+use openraft::RaftMetrics;
+use openraft::ServerState;
+
+use crate::types::Node;
+use crate::types::NodeId;
+
+/// What a member does, as the node that reports it sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Role {
+    /// The leader of the current term.
+    Leader,
+    /// A voter that does not lead.
+    Follower,
+    /// A member that receives the log but does not vote (being added, or kept as a learner).
+    Learner,
+}
+
+impl Role {
+    /// `leader`, `follower` or `learner`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Leader => "leader",
+            Self::Follower => "follower",
+            Self::Learner => "learner",
+        }
+    }
+}
+
+/// One member of the cluster.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Member {
+    /// Its node id.
+    pub id: NodeId,
+    /// Its `host:port`, where peers and clients reach it.
+    pub addr: String,
+    /// Leader, follower or learner.
+    pub role: Role,
+    /// Whether it votes (during a membership change: in the old or the new voter set).
+    pub voter: bool,
+    /// The last log index the leader knows to be stored on it. Only the leader knows: `None`
+    /// in any other node's view, and on the leader until the member first answered.
+    pub matched: Option<u64>,
+}
+
+/// One node's view of the cluster, from its Raft state now. Any node has one; only the
+/// leader's has each member's [`matched`](Member::matched) index.
+///
+/// ```
+/// # async fn show(node: &locksmith_raft::RaftNode<impl locksmith_raft::Replicated>) {
+/// let view = node.cluster();
+/// for m in &view.members {
+///     println!("{} {} {} voter={} matched={:?}", m.id, m.addr, m.role.as_str(), m.voter, m.matched);
+/// }
+/// println!("term {}, leader {:?}", view.term, view.leader);
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterView {
+    /// The node whose view this is.
+    pub id: NodeId,
+    /// Its current term.
+    pub term: u64,
+    /// The leader of that term, when known.
+    pub leader: Option<NodeId>,
+    /// Whether this node is that leader.
+    pub is_leader: bool,
+    /// The index of the last entry in its log.
+    pub last_log_index: Option<u64>,
+    /// The index of the last entry its state machine applied.
+    pub applied: Option<u64>,
+    /// A membership change is under way (a joint configuration of old and new voters).
+    pub changing: bool,
+    /// The members, in id order. Empty on a node that waits to be added.
+    pub members: Vec<Member>,
+}
+
+/// The leader of the current term as `m` knows it. Not this node once it stopped leading: a
+/// leader removed from the cluster steps down within its term, and openraft still names it.
+pub(crate) fn current_leader(m: &RaftMetrics<NodeId, Node>) -> Option<NodeId> {
+    m.current_leader.filter(|l| *l != m.id || m.state == ServerState::Leader)
+}
+
+impl ClusterView {
+    pub(crate) fn from_metrics(m: &RaftMetrics<NodeId, Node>) -> Self {
+        let leader = current_leader(m);
+        let membership = m.membership_config.membership();
+        let configs = membership.get_joint_config();
+        let is_leader = m.state == ServerState::Leader;
+        let matched = |id: &NodeId| {
+            m.replication.as_ref().and_then(|r| r.get(id)).and_then(|l| l.as_ref()).map(|l| l.index).or_else(|| {
+                // The leader's own log is all there.
+                (is_leader && *id == m.id).then_some(m.last_log_index).flatten()
+            })
+        };
+        let members = membership
+            .nodes()
+            .map(|(id, node)| {
+                let voter = configs.iter().any(|c| c.contains(id));
+                let role = match (leader == Some(*id), voter) {
+                    (true, _) => Role::Leader,
+                    (false, true) => Role::Follower,
+                    (false, false) => Role::Learner,
+                };
+                Member {
+                    id: *id,
+                    addr: node.addr.clone(),
+                    role,
+                    voter,
+                    matched: if is_leader { matched(id) } else { None },
+                }
+            })
+            .collect();
+        Self {
+            id: m.id,
+            term: m.current_term,
+            leader,
+            is_leader,
+            last_log_index: m.last_log_index,
+            applied: m.last_applied.map(|l| l.index),
+            changing: configs.len() > 1,
+            members,
+        }
+    }
+
+    /// Member `id`, if it is one.
+    pub fn member(&self, id: NodeId) -> Option<&Member> {
+        self.members.iter().find(|m| m.id == id)
+    }
+
+    /// The ids of the voters.
+    pub fn voters(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.members.iter().filter(|m| m.voter).map(|m| m.id)
+    }
+
+    /// The leader's `host:port`, when the leader is known and a member.
+    pub fn leader_addr(&self) -> Option<&str> {
+        self.leader.and_then(|l| self.member(l)).map(|m| m.addr.as_str())
+    }
+}
+
+/// What [`RaftNode::add_voter`](crate::RaftNode::add_voter) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Added {
+    /// The node was added as a learner, caught up, and now votes.
+    Promoted,
+    /// It was a voter at that address already; nothing changed.
+    AlreadyVoter,
+}
+
+/// What [`RaftNode::remove_node`](crate::RaftNode::remove_node) did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Removed {
+    /// A voter left the cluster. `was_leader`: it was this node, the leader, which steps down
+    /// once the change is committed (the others elect a new leader).
+    Voter {
+        /// The removed voter was the leader.
+        was_leader: bool,
+    },
+    /// A learner left the cluster.
+    Learner,
+    /// It was no member; nothing changed.
+    NotAMember,
+}

@@ -1,0 +1,209 @@
+//! `locksmith.v1.Cluster`: the administration of a cluster (`locksmith cluster status|add|remove`)
+//! over gRPC, on the server's own port. Any node answers `Status` from its own Raft state; a
+//! membership change runs on the leader ([`RaftNode::add_voter`], [`RaftNode::remove_node`]),
+//! and another node sends the client there like the lock service does.
+//!
+//! With an auth policy, `Status` is open to every authenticated principal (it shows node ids
+//! and addresses, no lock), and changing the membership only to an admin: a principal that may
+//! lock some names must not be able to take the cluster's quorum apart.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use locksmith_proto::cluster_node::Role as PbRole;
+use locksmith_proto::cluster_server::{Cluster, ClusterServer};
+use locksmith_proto::{
+    AddNodeRequest, AddNodeResponse, ClusterNode, ClusterStatus, ClusterStatusRequest, RemoveNodeRequest,
+    RemoveNodeResponse,
+};
+use locksmith_raft::{Added, ClusterView, MembershipError, RaftNode, Removed, Role};
+use tonic::{Request, Response, Status};
+
+use super::ReplicaMachine;
+use crate::auth::{Auth, Principal};
+use crate::grpc::{authenticate, not_serving, MAX_MESSAGE_SIZE};
+
+/// How long a membership change may take when the request does not say.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest a membership change may take, whatever the request says.
+const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// The `Cluster` service of one server: `node` is its Raft node, `None` on a server that is
+/// not a cluster (which refuses every call with `FAILED_PRECONDITION`).
+#[derive(Debug, Clone)]
+pub(crate) struct Admin {
+    node: Option<Arc<RaftNode<ReplicaMachine>>>,
+    auth: Option<Auth>,
+}
+
+impl Admin {
+    /// The tonic service, ready for the server's router.
+    pub(crate) fn server(node: Option<Arc<RaftNode<ReplicaMachine>>>, auth: Option<Auth>) -> ClusterServer<Self> {
+        ClusterServer::new(Self { node, auth }).max_decoding_message_size(MAX_MESSAGE_SIZE)
+    }
+
+    fn node(&self) -> Result<&RaftNode<ReplicaMachine>, Status> {
+        self.node.as_deref().ok_or_else(|| {
+            Status::failed_precondition(
+                "this server is not a cluster: it was started without --node-id and runs alone (start nodes with \
+                 `locksmith serve --node-id N --peers …` or `--join`)",
+            )
+        })
+    }
+
+    /// The caller, who must be an admin when there is a policy.
+    fn admin<T>(&self, request: &Request<T>) -> Result<Option<Principal>, Status> {
+        let principal = authenticate(self.auth.as_ref(), request)?;
+        match &principal {
+            Some(p) if !p.is_admin() => Err(Status::permission_denied(format!(
+                "{} may not change the cluster's membership (only an admin may)",
+                p.name
+            ))),
+            _ => Ok(principal),
+        }
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for Admin {
+    /// This node's view.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    async fn status(&self, request: Request<ClusterStatusRequest>) -> Result<Response<ClusterStatus>, Status> {
+        authenticate(self.auth.as_ref(), &request)?;
+        Ok(Response::new(to_pb(&self.node()?.cluster())))
+    }
+
+    /// Adds a voter (see [`RaftNode::add_voter`]).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a dropped call may leave the node a learner, or a voter.
+    async fn add_node(&self, request: Request<AddNodeRequest>) -> Result<Response<AddNodeResponse>, Status> {
+        let principal = self.admin(&request)?;
+        let node = self.node()?;
+        let AddNodeRequest { id, addr, timeout_ms } = request.into_inner();
+        check_addr(&addr).map_err(Status::invalid_argument)?;
+        let who = principal.as_ref().map_or("-", |p| p.name.as_str());
+        tracing::info!(node = id, %addr, principal = who, "cluster: adding a node");
+        let added = node.add_voter(id, addr.clone(), limit(timeout_ms)).await.map_err(membership_status)?;
+        match added {
+            Added::AlreadyVoter => tracing::info!(node = id, %addr, "cluster: the node was a voter already"),
+            _ => tracing::info!(node = id, %addr, principal = who, "cluster: node added as a voter"),
+        }
+        let status = Some(to_pb(&node.cluster()));
+        Ok(Response::new(AddNodeResponse { status, already_voter: added == Added::AlreadyVoter }))
+    }
+
+    /// Removes a member (see [`RaftNode::remove_node`]).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: a dropped call may leave the change done, or in its joint step.
+    async fn remove_node(&self, request: Request<RemoveNodeRequest>) -> Result<Response<RemoveNodeResponse>, Status> {
+        let principal = self.admin(&request)?;
+        let node = self.node()?;
+        let RemoveNodeRequest { id, timeout_ms } = request.into_inner();
+        let who = principal.as_ref().map_or("-", |p| p.name.as_str());
+        tracing::info!(node = id, principal = who, "cluster: removing a node");
+        let removed = node.remove_node(id, limit(timeout_ms)).await.map_err(membership_status)?;
+        let (was_member, was_leader) = match removed {
+            Removed::Voter { was_leader } => (true, was_leader),
+            Removed::NotAMember => (false, false),
+            _ => (true, false),
+        };
+        if was_leader {
+            tracing::info!(node = id, principal = who, "cluster: this node, the leader, was removed; it steps down");
+        } else if was_member {
+            tracing::info!(node = id, principal = who, "cluster: node removed");
+        }
+        let status = Some(to_pb(&node.cluster()));
+        Ok(Response::new(RemoveNodeResponse { status, was_member, was_leader }))
+    }
+}
+
+/// The time a change may take: what the request asks for (0: the default), at most the cap.
+fn limit(timeout_ms: u64) -> Duration {
+    match timeout_ms {
+        0 => DEFAULT_TIMEOUT,
+        ms => Duration::from_millis(ms).min(MAX_TIMEOUT),
+    }
+}
+
+/// `HOST:PORT` with a port number, as the peers will dial it.
+fn check_addr(addr: &str) -> Result<(), String> {
+    let bad = || format!("{addr:?} is not HOST:PORT (the address the new node listens on, e.g. 10.0.0.4:7531)");
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']'));
+    match port.parse::<u16>() {
+        Ok(p) if p != 0 && host_ok => Ok(()),
+        _ => Err(bad()),
+    }
+}
+
+/// What a failed membership change tells the client.
+fn membership_status(e: MembershipError) -> Status {
+    match e {
+        MembershipError::ForwardToLeader(hint) => not_serving(hint.addr),
+        MembershipError::Invalid(m) => Status::invalid_argument(m),
+        MembershipError::Timeout(m) => Status::deadline_exceeded(m),
+        MembershipError::Rejected(m) => Status::aborted(m),
+        MembershipError::Stopped(m) => Status::unavailable(format!("this node is stopping: {m}")),
+        other => Status::unknown(other.to_string()),
+    }
+}
+
+/// A view as the protocol carries it.
+fn to_pb(view: &ClusterView) -> ClusterStatus {
+    let nodes = view
+        .members
+        .iter()
+        .map(|m| ClusterNode {
+            id: m.id,
+            addr: m.addr.clone(),
+            role: match m.role {
+                Role::Leader => PbRole::Leader,
+                Role::Follower => PbRole::Follower,
+                Role::Learner => PbRole::Learner,
+                _ => PbRole::Unspecified,
+            } as i32,
+            voter: m.voter,
+            matched_index: m.matched,
+        })
+        .collect();
+    ClusterStatus {
+        node_id: view.id,
+        term: view.term,
+        leader_id: view.leader,
+        leader_addr: view.leader_addr().unwrap_or_default().to_string(),
+        last_log_index: view.last_log_index,
+        applied_index: view.applied,
+        changing: view.changing,
+        nodes,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Addresses are `HOST:PORT` with a real port; anything else is named as such.
+    #[test]
+    fn node_addresses_need_a_host_and_a_port() {
+        for ok in ["127.0.0.1:7531", "locks-2.internal:7000", "[::1]:7531"] {
+            assert_eq!(check_addr(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "7531", "host:", ":7531", "host:0", "host:99999", "a b:1", "h1:1,h2:2"] {
+            assert!(check_addr(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A request without a timeout gets the default; none may exceed the cap.
+    #[test]
+    fn timeouts_default_and_are_capped() {
+        assert_eq!(limit(0), DEFAULT_TIMEOUT);
+        assert_eq!(limit(1_500), Duration::from_millis(1_500));
+        assert_eq!(limit(u64::MAX), MAX_TIMEOUT);
+    }
+}

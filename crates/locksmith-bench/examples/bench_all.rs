@@ -10,8 +10,8 @@
 //! ```
 //!
 //! Servers as the test helpers start them: the native server in both durability modes
-//! (`grants`, the default, and `leases`), Redis without persistence (plus one with
-//! `appendfsync always`), PostgreSQL with `fsync=off`, MariaDB and etcd with their defaults; the
+//! (`grants`, the default, and `leases`), Redis without persistence (also in Redisson's
+//! read/write-lock layout, `?mode=rwlock`, plus one with `appendfsync always`), PostgreSQL with `fsync=off`, MariaDB and etcd with their defaults; the
 //! SQL databases in every mode (lease table, advisory / `GET_LOCK`, row locks).
 use std::process::Command;
 
@@ -45,11 +45,14 @@ fn run() -> i32 {
     let pg_advisory = format!("{}?mode=advisory", pg.url());
     let pg_row_lock = format!("{}?mode=row_lock", pg.url());
     let my_get_lock = format!("{}?mode=get_lock", my.url());
+    // Read/write locks and semaphores on Redis take Redisson's layouts (`?mode=rwlock`).
+    let redis_rwlock = format!("{}?mode=rwlock", redis.url());
     let my_row_lock = format!("{}?mode=row_lock", my.url());
     for url in [
         native.url(),
         native_leases.url(),
         redis.url(),
+        redis_rwlock,
         redis_fsync.url(),
         redlock,
         etcd.url(),

@@ -256,7 +256,9 @@ struct Aim {
 async fn pick_node(kind: FaultKind, cluster: &Cluster, rng: &mut StdRng, aim: &mut Aim) -> (u64, Option<bool>) {
     let ids = cluster.ids();
     let first = !aim.seen.contains(&kind);
-    aim.seen.push(kind);
+    if first {
+        aim.seen.push(kind);
+    }
     aim.faults += 1;
     // The previous fault may have started an election: give it a few seconds to end.
     let Some(leader) = cluster.wait_for_leader(Duration::from_secs(5)).await else {

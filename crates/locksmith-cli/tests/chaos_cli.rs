@@ -1,6 +1,7 @@
 //! `locksmith chaos` end to end: short fault-injected rounds against every backend whose server
-//! the suite starts, asserting 0 stale writes accepted and 0 token regressions; an unfenced run
-//! under pauses that the checker must catch (proof that it can fail); and bad arguments.
+//! the suite starts and against the harness's own 3-node cluster under node faults, asserting 0
+//! stale writes accepted and 0 token regressions; unfenced runs under pauses, on one server and
+//! on the cluster, that the checker must catch (proof that it can fail); and bad arguments.
 //!
 //! Every server is a testkit process killed by PID on drop; the harness ends its own workers,
 //! server and proxies by PID before it exits.
@@ -229,7 +230,9 @@ fn a_three_node_cluster_stays_safe_under_node_faults() {
 }
 
 /// The control on the cluster: without fencing, a worker paused inside its critical section
-/// past its TTL writes on a stale read, and the checker says so, as on one server.
+/// past its TTL writes on a stale read after another worker took the lock and wrote, and the
+/// checker says so, as on one server (worker pauses only: with node faults drawn as well, a
+/// 10 s run is not sure to pause a holder past its TTL).
 #[test]
 fn an_unfenced_run_on_the_cluster_is_caught_as_unsafe() {
     let run = chaos(&[
@@ -243,7 +246,9 @@ fn an_unfenced_run_on_the_cluster_is_caught_as_unsafe() {
         "600ms",
         "--unfenced",
         "--faults",
-        "pause,node-pause",
+        "pause",
+        "--target",
+        "holder",
         "--seed",
         "3",
     ]);
@@ -251,7 +256,8 @@ fn an_unfenced_run_on_the_cluster_is_caught_as_unsafe() {
     assert_eq!(run.code, Some(1), "{}", run.explain());
     assert!(run.stdout.starts_with("chaos: UNSAFE (3-node cluster)"), "{}", run.explain());
     assert!(run.finding("stale_writes_accepted") > 0, "{}", run.report());
-    assert!(run.faults("pause") >= 1 && run.faults("node-pause") >= 1, "{}", run.report());
+    assert!(run.finding("overlaps_both_written") > 0, "{}", run.report());
+    assert!(run.faults("pause") >= 2, "{}", run.report());
     assert!(run.report().get("kept_dir").is_none(), "an expected UNSAFE keeps nothing: {}", run.report());
 }
 

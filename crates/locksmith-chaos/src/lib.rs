@@ -52,7 +52,8 @@ pub use worker::{chaos_worker, WorkerArgs};
   locksmith chaos --faults kill,pause --workers 8")]
 pub struct ChaosArgs {
     /// Backend to test (loopback only). Without it the harness starts its own native server,
-    /// which the `server-kill` and `server-pause` faults can then hit.
+    /// which the `server-kill` and `server-pause` faults can then hit (or, with `--cluster`, its
+    /// own cluster, for the `node-` faults).
     #[arg(long)]
     pub backend: Option<String>,
     /// Worker processes contending for the lock.

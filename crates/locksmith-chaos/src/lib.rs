@@ -2,13 +2,16 @@
 //!
 //! The `locksmith` binary parses [`ChaosArgs`] and calls [`chaos`]; the harness starts worker
 //! processes, which are the same binary's hidden `chaos-worker` subcommand ([`WorkerArgs`],
-//! [`chaos_worker`]), and, without `--backend`, its own native server (`locksmith serve`).
+//! [`chaos_worker`]), and, without `--backend`, its own native server (`locksmith serve`), or,
+//! with `--cluster N`, its own cluster of N native servers (Raft) with a fault proxy on every
+//! path between two nodes and one in front of each node for the workers.
 //! `locksmith-cli` turns this crate on with its `chaos` feature.
 //!
 //! Worker processes (`worker.rs`, `workers.rs`) contend for one lock and, under it, increment a
 //! fenced register (`register.rs`) that the harness serves; a nemesis (`nemesis.rs`) kills and
-//! pauses workers and the server (`procs.rs`; every process is a `locksmith_process::ChildProcess`)
-//! and partitions or slows the network through fault proxies (`proxy.rs`, over
+//! pauses workers and the server or the cluster's nodes (`procs.rs`; every process is a
+//! `locksmith_process::ChildProcess`), cuts a node off from the others, and partitions or slows
+//! the network through fault proxies (`proxy.rs`, over
 //! `locksmith-faultproxy`); at the end a checker (`checker.rs`) reads every history
 //! (`history.rs`) and the register's log and reports (`report.rs`) stale writes accepted, lost
 //! updates, token order violations and overlapping holds.
@@ -44,11 +47,13 @@ pub use worker::{chaos_worker, WorkerArgs};
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   locksmith chaos                                      # its own native server, every fault, 30 s
+  locksmith chaos --cluster 3 --duration 60s           # its own 3-node cluster, node faults too
   locksmith chaos --backend redis://127.0.0.1:6379 --duration 60s --report chaos.json
   locksmith chaos --faults kill,pause --workers 8")]
 pub struct ChaosArgs {
     /// Backend to test (loopback only). Without it the harness starts its own native server,
-    /// which the `server-kill` and `server-pause` faults can then hit.
+    /// which the `server-kill` and `server-pause` faults can then hit (or, with `--cluster`, its
+    /// own cluster, for the `node-` faults).
     #[arg(long)]
     pub backend: Option<String>,
     /// Worker processes contending for the lock.
@@ -88,9 +93,23 @@ pub struct ChaosArgs {
     #[arg(long)]
     pub history_dir: Option<PathBuf>,
     /// `--durability` of the harness's own native server (`grants` or `leases`, see
-    /// `locksmith serve --help`); refused with `--backend`.
+    /// `locksmith serve --help`); refused with `--backend` and `--cluster`.
     #[arg(long, value_enum)]
     pub durability: Option<DurabilityArg>,
+    /// Start a cluster of this many native servers (3, 5 or 7) instead of one, with a fault
+    /// proxy between every two nodes and one in front of each node for the workers; the
+    /// `node-kill`, `node-pause` and `node-partition` faults hit its nodes, the leader at least
+    /// half the time. Refused with `--backend`.
+    #[arg(long, value_name = "N", value_parser = cluster_size)]
+    pub cluster: Option<u32>,
+}
+
+/// Parses the cluster size: 3, 5 or 7 (odd, so that one node down leaves a majority).
+fn cluster_size(s: &str) -> Result<u32, String> {
+    match s.parse::<u32>().map_err(|e| e.to_string())? {
+        n @ (3 | 5 | 7) => Ok(n),
+        _ => Err("3, 5 or 7 nodes".into()),
+    }
 }
 
 /// Parses the run length: more than zero, at most one hour (the harness is bounded in time).
@@ -131,9 +150,11 @@ pub async fn chaos(args: ChaosArgs) -> ExitCode {
 }
 
 /// The fault kinds that apply when none are named.
-fn default_faults(own_server: bool, networked: bool) -> Vec<FaultKind> {
+fn default_faults(own_server: bool, networked: bool, cluster: bool) -> Vec<FaultKind> {
     let mut kinds = vec![FaultKind::Kill, FaultKind::Pause];
-    if own_server {
+    if cluster {
+        kinds.extend([FaultKind::NodeKill, FaultKind::NodePause, FaultKind::NodePartition]);
+    } else if own_server {
         kinds.extend([FaultKind::ServerKill, FaultKind::ServerPause]);
     }
     if networked {
@@ -145,6 +166,12 @@ fn default_faults(own_server: bool, networked: bool) -> Vec<FaultKind> {
 /// Checks the backend URL: loopback hosts only, a backend the workers can share, and faults
 /// that apply to it. Returns whether it is reached over the network (can be proxied).
 fn check_backend(url: &str, faults: &[FaultKind]) -> Result<bool, Stop> {
+    if let Some(k) = faults.iter().find(|k| k.needs_cluster()) {
+        return Err(Stop::usage(format!(
+            "the {} fault needs the harness's own cluster; drop --backend and add --cluster 3, or drop the fault",
+            k.name()
+        )));
+    }
     if let Some(k) = faults.iter().find(|k| k.needs_own_server()) {
         return Err(Stop::usage(format!(
             "the {} fault needs the harness's own server; drop --backend to test the native server with it, or drop the fault",
@@ -200,16 +227,124 @@ async fn probe(url: &str, args: &ChaosArgs) -> Result<(), Stop> {
     result
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn interrupted() {
+/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called (not when the
+/// future is first polled), so from then on Ctrl-C no longer ends the harness at once, leaving
+/// its children behind: it is the harness's to act on.
+fn interrupted() -> impl std::future::Future<Output = ()> {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut int), Ok(mut term)) = (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = int.recv() => {}
-        _ = term.recv() => {}
+    let signals = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()));
+    async move {
+        let (Ok(mut int), Ok(mut term)) = signals else {
+            return std::future::pending().await;
+        };
+        tokio::select! {
+            _ = int.recv() => {}
+            _ = term.recv() => {}
+        }
     }
+}
+
+/// Checks the options against the harness's own cluster.
+fn check_cluster(args: &ChaosArgs, kinds: &[FaultKind]) -> Result<(), Stop> {
+    match args.cluster {
+        Some(_) => {
+            if args.backend.is_some() {
+                return Err(Stop::usage("--cluster starts the harness's own cluster: not with --backend"));
+            }
+            if args.durability.is_some() {
+                return Err(Stop::usage("--durability: a cluster replicates every grant (grants); not with --cluster"));
+            }
+            if let Some(k) = kinds.iter().find(|k| k.needs_own_server()) {
+                let instead = if *k == FaultKind::ServerKill { "node-kill" } else { "node-pause" };
+                return Err(Stop::usage(format!(
+                    "the {} fault hits the harness's single server; with --cluster use {instead}",
+                    k.name()
+                )));
+            }
+        }
+        None => {
+            if let Some(k) = kinds.iter().find(|k| k.needs_cluster()) {
+                if args.backend.is_none() {
+                    return Err(Stop::usage(format!(
+                        "the {} fault hits a node of the harness's own cluster: add --cluster 3",
+                        k.name()
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the harness started for the workers to use: one server, a cluster, or nothing
+/// (`--backend`).
+#[derive(Debug, Default)]
+struct Own {
+    server: Option<procs::Server>,
+    cluster: Option<procs::Cluster>,
+}
+
+impl Own {
+    /// `kill -9` of everything it started.
+    fn kill(&mut self) {
+        if let Some(s) = self.server.as_mut() {
+            s.kill9();
+        }
+        if let Some(c) = self.cluster.as_mut() {
+            c.kill_all();
+        }
+    }
+}
+
+/// Starts the harness's own server or cluster (nothing with `--backend`) and the proxies; returns
+/// what it started, the backend URL (for the report), the workers' URL and the front proxies.
+async fn start_backend(
+    args: &ChaosArgs,
+    kinds: &[FaultKind],
+    exe: &std::path::Path,
+    dir: &std::path::Path,
+) -> Result<(Own, String, String, Option<proxy::Proxies>), Stop> {
+    let mut own = Own::default();
+    if let Some(n) = args.cluster {
+        let mut nodes = Vec::new();
+        for id in 1..=u64::from(n) {
+            let addr = procs::free_addr().map_err(|e| Stop::software(format!("no free port: {e}")))?;
+            nodes.push((id, addr));
+        }
+        // The fronts come first: the cluster's view of each node (--peers) is its front proxy.
+        let (worker_url, fronts) = proxy::Proxies::nodes(&nodes).await.map_err(Stop::software)?;
+        let mut with_fronts = Vec::new();
+        for (i, (id, addr)) in nodes.iter().enumerate() {
+            let front = fronts.addr(i).ok_or_else(|| Stop::software(format!("no front proxy for node {id}")))?;
+            with_fronts.push((*id, *addr, front));
+        }
+        let cluster = procs::Cluster::start(exe, dir, &with_fronts, &args.lock)
+            .await
+            .map_err(|e| Stop::software(format!("cannot start the cluster: {e}")))?;
+        let url = cluster.url();
+        own.cluster = Some(cluster);
+        return Ok((own, url, worker_url, Some(fronts)));
+    }
+    if args.backend.is_none() {
+        own.server = Some(
+            procs::Server::start(exe, dir, args.durability.unwrap_or(DurabilityArg::Grants))
+                .await
+                .map_err(|e| Stop::software(format!("cannot start the native server: {e}")))?,
+        );
+    }
+    let url = match (&args.backend, &own.server) {
+        (Some(u), _) => u.clone(),
+        (None, Some(s)) => s.url(),
+        (None, None) => return Err(Stop::software("no backend")),
+    };
+    let (worker_url, proxies) = if kinds.iter().any(|k| k.needs_proxy()) {
+        // Hosts were checked above, so a failure here is the harness's own (a proxy cannot bind).
+        let (u, p) = proxy::Proxies::front(&url).await.map_err(Stop::software)?;
+        (u, Some(p))
+    } else {
+        (url.clone(), None)
+    };
+    Ok((own, url, worker_url, proxies))
 }
 
 async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
@@ -222,11 +357,16 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
     if !own_server && args.durability.is_some() {
         return Err(Stop::usage("--durability applies to the harness's own server: not with --backend"));
     }
+    check_cluster(&args, &args.faults)?;
     let networked = match &args.backend {
         Some(url) => check_backend(url, &args.faults)?,
         None => true,
     };
-    let mut kinds = if args.faults.is_empty() { default_faults(own_server, networked) } else { args.faults.clone() };
+    let mut kinds = if args.faults.is_empty() {
+        default_faults(own_server, networked, args.cluster.is_some())
+    } else {
+        args.faults.clone()
+    };
     kinds.sort();
     kinds.dedup();
     let seed = args.seed.unwrap_or_else(rand::random);
@@ -248,27 +388,17 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
         None => temp.path().to_path_buf(),
     };
 
-    let mut server = match own_server {
-        true => Some(
-            procs::Server::start(&exe, temp.path(), args.durability.unwrap_or(DurabilityArg::Grants))
-                .await
-                .map_err(|e| Stop::software(format!("cannot start the native server: {e}")))?,
-        ),
-        false => None,
+    // From here on Ctrl-C is the harness's: during the start it ends everything started so far.
+    let mut ctrl_c = std::pin::pin!(interrupted());
+    let started = async {
+        let (own, url, worker_url, proxies) = start_backend(&args, &kinds, &exe, temp.path()).await?;
+        probe(&worker_url, &args).await?;
+        Ok::<_, Stop>((own, url, worker_url, proxies))
     };
-    let url = match (&args.backend, &server) {
-        (Some(u), _) => u.clone(),
-        (None, Some(s)) => s.url(),
-        (None, None) => return Err(Stop::software("no backend")),
+    let (mut own, url, worker_url, proxies) = tokio::select! {
+        r = started => r?,
+        _ = &mut ctrl_c => return Err(Stop(130, "interrupted while starting".into())),
     };
-    let (worker_url, proxies) = if kinds.iter().any(|k| k.needs_proxy()) {
-        // Hosts were checked above, so a failure here is the harness's own (a proxy cannot bind).
-        let (u, p) = proxy::Proxies::front(&url).await.map_err(Stop::software)?;
-        (u, Some(p))
-    } else {
-        (url.clone(), None)
-    };
-    probe(&worker_url, &args).await?;
 
     let register = register::RegisterServer::start(!args.unfenced)
         .await
@@ -294,12 +424,12 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
     let (faults, was_interrupted) = {
         let victims = nemesis::Victims {
             workers: &mut workers,
-            server: server.as_mut(),
+            server: own.server.as_mut(),
+            cluster: own.cluster.as_mut(),
             proxies: proxies.as_ref(),
             register: register.shared(),
         };
         let mut nemesis = std::pin::pin!(nemesis::run(&plan, victims, stop_rx));
-        let mut ctrl_c = std::pin::pin!(interrupted());
         let mut was_interrupted = false;
         let faults = loop {
             tokio::select! {
@@ -326,9 +456,7 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
     // Workers finish their cycle (bounded by the hold time and one unlock), then are killed.
     workers.stop_all(args.ttl * 3 + hold + Duration::from_secs(2)).await;
     drop(proxies);
-    if let Some(s) = server.as_mut() {
-        s.kill9();
-    }
+    own.kill();
     let faults = faults.map_err(Stop::software)?;
 
     let mut records = Vec::new();
@@ -361,10 +489,21 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
         target: format!("{:?}", args.target).to_lowercase(),
         fenced: !args.unfenced,
         seed,
+        cluster: args.cluster,
     };
     let mut report = report::Report::new(setup, findings, faults, workers.histories().len(), bad);
     report.interrupted = was_interrupted;
     report.early_exits = early_exits;
+    if !report.findings.safe() && !args.unfenced {
+        // A fenced run found unsafe: keep the server's or the nodes' logs and data (and the
+        // histories, when they are in the temp dir) for whoever digs in.
+        let kept = temp.keep();
+        eprintln!(
+            "locksmith chaos: UNSAFE: the run's directory (server or node logs and data) is kept: {}",
+            kept.display()
+        );
+        report.kept_dir = Some(kept.display().to_string());
+    }
     if let Some(path) = &args.report {
         let json = serde_json::to_vec_pretty(&report).map_err(|e| Stop::software(e.to_string()))?;
         std::fs::write(path, json).map_err(|e| Stop::software(format!("cannot write {}: {e}", path.display())))?;

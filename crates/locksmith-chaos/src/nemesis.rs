@@ -3,6 +3,11 @@
 //! A fault starts about every `duration / 10`. The first faults go through every requested kind
 //! once, in a seeded random order (so a short run still sees each kind); after that each kind is
 //! drawn at random. A fault is only started when it can be healed before the end of the run.
+//!
+//! The node faults (`node-kill`, `node-pause`, `node-partition`, with `--cluster`) hit the
+//! current leader the first time each kind is drawn, and after that whenever fewer than half of
+//! the node faults so far did, and otherwise with even odds; else a follower at random. One
+//! fault at a time, so at most one node (a minority) is faulted at once.
 
 use std::time::Duration;
 
@@ -16,7 +21,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::history::now_ns;
-use super::procs::Server;
+use super::procs::{Cluster, Server};
 use super::proxy::Proxies;
 use super::register::{self, Shared};
 use super::workers::Workers;
@@ -38,6 +43,15 @@ pub enum FaultKind {
     /// Add 20–200 ms to every round trip through the proxy of one backend host for 2–4 × TTL
     /// (1.5–2 × TTL in the first pass).
     Latency,
+    /// `kill -9` a node of the harness's cluster (the leader at least half the time), restart
+    /// it on the same port and data dir after 0.25–3 × TTL (0.25–2 × TTL in the first pass).
+    NodeKill,
+    /// SIGSTOP a node of the harness's cluster (the leader at least half the time) for
+    /// 1.5–3 × TTL, then SIGCONT.
+    NodePause,
+    /// Cut off a node of the harness's cluster (the leader at least half the time) from every
+    /// other node, both ways (cut or blackhole), for 1.5–3 × TTL; its clients still reach it.
+    NodePartition,
 }
 
 impl FaultKind {
@@ -50,6 +64,9 @@ impl FaultKind {
             FaultKind::ServerPause => "server-pause",
             FaultKind::Partition => "partition",
             FaultKind::Latency => "latency",
+            FaultKind::NodeKill => "node-kill",
+            FaultKind::NodePause => "node-pause",
+            FaultKind::NodePartition => "node-partition",
         }
     }
 
@@ -61,6 +78,11 @@ impl FaultKind {
     /// Needs fault proxies in front of the backend.
     pub fn needs_proxy(self) -> bool {
         matches!(self, FaultKind::Partition | FaultKind::Latency)
+    }
+
+    /// Hits a node of the harness's cluster (`--cluster`).
+    pub fn needs_cluster(self) -> bool {
+        matches!(self, FaultKind::NodeKill | FaultKind::NodePause | FaultKind::NodePartition)
     }
 }
 
@@ -80,8 +102,16 @@ pub enum Target {
 pub struct FaultRecord {
     /// What.
     pub kind: FaultKind,
-    /// Whom: `worker 3`, `server`, `proxy 127.0.0.1:6379`.
+    /// Whom: `worker 3`, `server`, `proxy 127.0.0.1:6379`, `front proxy of node 2`,
+    /// `node 1 (leader)`, `node 3 (follower)`.
     pub target: String,
+    /// The node hit by a node fault.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node: Option<u64>,
+    /// Whether that node led the cluster when the fault began (`None`: no node was seen to
+    /// lead within a few seconds, so the node was drawn at random).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub leader: Option<bool>,
     /// Details: `blackhole`, `+120ms`, `down 300ms`.
     pub detail: String,
     /// Start (`CLOCK_MONOTONIC` ns).
@@ -112,6 +142,8 @@ pub struct Victims<'a> {
     pub workers: &'a mut Workers,
     /// The harness-started server, if any.
     pub server: Option<&'a mut Server>,
+    /// The harness-started cluster, if any.
+    pub cluster: Option<&'a mut Cluster>,
     /// The proxies, if any.
     pub proxies: Option<&'a Proxies>,
     /// The register (to find the worker in its critical section).
@@ -126,7 +158,8 @@ pub struct Victims<'a> {
 /// its owner kills it, a proxy stays cut until it is dropped). Use `stop` instead.
 ///
 /// # Errors
-/// The server could not be restarted after `server-kill` (the run cannot go on).
+/// The server could not be restarted after `server-kill`, or a node after `node-kill` (the run
+/// cannot go on).
 pub async fn run(plan: &Plan, v: Victims<'_>, mut stop: watch::Receiver<bool>) -> Result<Vec<FaultRecord>, String> {
     let mut rng = StdRng::seed_from_u64(plan.seed);
     let start = Instant::now();
@@ -141,6 +174,7 @@ pub async fn run(plan: &Plan, v: Victims<'_>, mut stop: watch::Receiver<bool>) -
     let mut done = Vec::new();
     let mut next = start + period / 2;
     let mut v = v;
+    let mut aim = Aim::default();
     loop {
         let kind = match first_pass.pop() {
             Some(k) => k,
@@ -156,7 +190,7 @@ pub async fn run(plan: &Plan, v: Victims<'_>, mut stop: watch::Receiver<bool>) -
             break;
         }
         let began = Instant::now();
-        let record = inject(kind, plan, &mut v, &mut rng, length, &mut stop).await?;
+        let record = inject(kind, plan, &mut v, &mut rng, &mut aim, length, &mut stop).await?;
         done.push(record);
         next = (began + period).max(Instant::now() + period / 3);
         if *stop.borrow() {
@@ -173,7 +207,12 @@ fn length(kind: FaultKind, ttl: Duration, rng: &mut StdRng, short: bool) -> Dura
     match kind {
         FaultKind::Kill => Duration::ZERO,
         FaultKind::ServerKill => ttl.mul_f64(rng.random_range(0.0..0.5)),
-        FaultKind::Pause | FaultKind::ServerPause | FaultKind::Partition => ttl.mul_f64(rng.random_range(1.5..high)),
+        FaultKind::NodeKill => ttl.mul_f64(rng.random_range(0.25..high)),
+        FaultKind::Pause
+        | FaultKind::ServerPause
+        | FaultKind::Partition
+        | FaultKind::NodePause
+        | FaultKind::NodePartition => ttl.mul_f64(rng.random_range(1.5..high)),
         FaultKind::Latency if short => ttl.mul_f64(rng.random_range(1.5..2.0)),
         FaultKind::Latency => ttl.mul_f64(rng.random_range(2.0..4.0)),
     }
@@ -202,14 +241,88 @@ fn pick_worker(plan: &Plan, v: &Victims<'_>, rng: &mut StdRng) -> u32 {
     rng.random_range(1..=v.workers.len().max(1))
 }
 
+/// How the node faults have been aimed so far.
+#[derive(Debug, Default)]
+struct Aim {
+    /// Node fault kinds already drawn once (their first fault hits the leader).
+    seen: Vec<FaultKind>,
+    /// Node faults so far.
+    faults: usize,
+    /// Of those, the ones that hit the leader.
+    on_leader: usize,
+}
+
+/// The node a node fault of `kind` hits, and whether it leads (`None`: no leader seen).
+async fn pick_node(kind: FaultKind, cluster: &Cluster, rng: &mut StdRng, aim: &mut Aim) -> (u64, Option<bool>) {
+    let ids = cluster.ids();
+    let first = !aim.seen.contains(&kind);
+    if first {
+        aim.seen.push(kind);
+    }
+    aim.faults += 1;
+    // The previous fault may have started an election: give it a few seconds to end.
+    let Some(leader) = cluster.wait_for_leader(Duration::from_secs(5)).await else {
+        let any = ids.get(rng.random_range(0..ids.len().max(1))).copied();
+        return (any.unwrap_or(1), None);
+    };
+    let behind = 2 * aim.on_leader < aim.faults;
+    if first || behind || rng.random_bool(0.5) {
+        aim.on_leader += 1;
+        return (leader, Some(true));
+    }
+    let followers: Vec<u64> = ids.into_iter().filter(|id| *id != leader).collect();
+    match followers.get(rng.random_range(0..followers.len().max(1))) {
+        Some(id) => (*id, Some(false)),
+        None => (leader, Some(true)),
+    }
+}
+
+fn node_name(id: u64, leader: Option<bool>) -> String {
+    match leader {
+        Some(true) => format!("node {id} (leader)"),
+        Some(false) => format!("node {id} (follower)"),
+        None => format!("node {id} (no leader seen)"),
+    }
+}
+
 async fn inject(
     kind: FaultKind,
     plan: &Plan,
     v: &mut Victims<'_>,
     rng: &mut StdRng,
+    aim: &mut Aim,
     length: Duration,
     stop: &mut watch::Receiver<bool>,
 ) -> Result<FaultRecord, String> {
+    if kind.needs_cluster() {
+        let cluster = v.cluster.as_deref_mut().ok_or("node faults need the harness's cluster")?;
+        let (id, leader) = pick_node(kind, cluster, rng, aim).await;
+        let start_ns = now_ns();
+        let detail = match kind {
+            FaultKind::NodeKill => {
+                cluster.kill9(id);
+                hold_fault(length, stop).await;
+                cluster.restart(id).await.map_err(|e| format!("cannot restart node {id} after kill -9: {e}"))?;
+                format!("kill -9, down {}ms, restarted", length.as_millis())
+            }
+            FaultKind::NodePause => {
+                cluster.signal(id, Signal::SIGSTOP);
+                hold_fault(length, stop).await;
+                cluster.signal(id, Signal::SIGCONT);
+                format!("SIGSTOP {}ms", length.as_millis())
+            }
+            _ => {
+                let blackhole = rng.random_bool(0.5);
+                cluster.links().isolate(id, blackhole);
+                hold_fault(length, stop).await;
+                cluster.links().heal();
+                let how = if blackhole { "blackhole" } else { "cut" };
+                format!("{how} from the other nodes both ways {}ms", length.as_millis())
+            }
+        };
+        let target = node_name(id, leader);
+        return Ok(FaultRecord { kind, target, node: Some(id), leader, detail, start_ns, end_ns: now_ns() });
+    }
     let start_ns = now_ns();
     let (target, detail) = match kind {
         FaultKind::Kill => {
@@ -257,8 +370,11 @@ async fn inject(
             };
             hold_fault(length, stop).await;
             proxies.heal_all();
-            (format!("proxy {}", proxies.host(i)), detail)
+            (proxies.name(i).to_string(), detail)
+        }
+        FaultKind::NodeKill | FaultKind::NodePause | FaultKind::NodePartition => {
+            return Err("node faults need the harness's cluster".into())
         }
     };
-    Ok(FaultRecord { kind, target, detail, start_ns, end_ns: now_ns() })
+    Ok(FaultRecord { kind, target, node: None, leader: None, detail, start_ns, end_ns: now_ns() })
 }

@@ -1,12 +1,14 @@
-//! Fault proxies in front of every host of the backend URL (`locksmith-faultproxy`), for the
-//! `partition` and `latency` faults.
+//! Fault proxies (`locksmith-faultproxy`): in front of every host of the backend URL, for the
+//! `partition` and `latency` faults ([`Proxies`]), and, for the harness's own cluster, on every
+//! path between two nodes, for `node-partition` ([`Links`]).
 
+use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 use locksmith_faultproxy::FaultProxy;
 
-/// One proxy per backend host, in URL order.
+/// One proxy per backend host, in URL order, each with the name the report gives it.
 #[derive(Debug, Default)]
 pub struct Proxies {
     list: Vec<(String, FaultProxy)>,
@@ -39,7 +41,32 @@ impl Proxies {
                 .ok_or_else(|| format!("no proxy for {host}"))
         })
         .map_err(|e| e.to_string())?;
+        let list = list.into_iter().map(|(host, p)| (format!("proxy {host}"), p)).collect();
         Ok((rewritten, Self { list }))
+    }
+
+    /// Starts a proxy in front of every node of a cluster (`(id, address)`, in id order), for
+    /// the clients: returns `locksmith://<front 1>,<front 2>,…` and the proxies.
+    ///
+    /// # Cancel safety
+    /// Cancel safe, as [`Proxies::front`].
+    ///
+    /// # Errors
+    /// A proxy cannot listen.
+    pub async fn nodes(nodes: &[(u64, SocketAddr)]) -> Result<(String, Self), String> {
+        let mut list = Vec::new();
+        for (id, addr) in nodes {
+            let proxy =
+                FaultProxy::start(*addr).await.map_err(|e| format!("cannot start a fault proxy for node {id}: {e}"))?;
+            list.push((format!("front proxy of node {id}"), proxy));
+        }
+        let hosts: Vec<String> = list.iter().map(|(_, p)| p.local_addr().to_string()).collect();
+        Ok((format!("locksmith://{}", hosts.join(",")), Self { list }))
+    }
+
+    /// The address of proxy `i` (what clients dial).
+    pub fn addr(&self, i: usize) -> Option<SocketAddr> {
+        self.list.get(i).map(|(_, p)| p.local_addr())
     }
 
     /// How many proxies (hosts).
@@ -47,9 +74,9 @@ impl Proxies {
         self.list.len()
     }
 
-    /// The host behind proxy `i`.
-    pub fn host(&self, i: usize) -> &str {
-        self.list.get(i).map(|(h, _)| h.as_str()).unwrap_or("?")
+    /// What the report calls proxy `i`: `proxy 127.0.0.1:6379`, `front proxy of node 2`.
+    pub fn name(&self, i: usize) -> &str {
+        self.list.get(i).map(|(h, _)| h.as_str()).unwrap_or("proxy ?")
     }
 
     /// Partitions host `i`: `blackhole` stalls every connection (packets vanish), otherwise the
@@ -76,6 +103,63 @@ impl Proxies {
         for (_, p) in &self.list {
             p.heal();
             p.set_latency(Duration::ZERO);
+        }
+    }
+}
+
+/// A proxy on every path between two nodes of the harness's cluster: node `a` dials node `b`
+/// through link `(a, b)` (given to `a` as `--routes`), so that a node can be cut off from the
+/// others, both ways, while its clients still reach it.
+#[derive(Debug, Default)]
+pub struct Links {
+    links: BTreeMap<(u64, u64), FaultProxy>,
+}
+
+impl Links {
+    /// Starts a proxy for every ordered pair of the nodes (`(id, address)`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: proxies already started stop when the future is dropped.
+    ///
+    /// # Errors
+    /// A proxy cannot listen.
+    pub async fn start(nodes: &[(u64, SocketAddr)]) -> Result<Self, String> {
+        let mut links = BTreeMap::new();
+        for (a, _) in nodes {
+            for (b, addr) in nodes.iter().filter(|(b, _)| b != a) {
+                let proxy = FaultProxy::start(*addr)
+                    .await
+                    .map_err(|e| format!("cannot start a fault proxy from node {a} to node {b}: {e}"))?;
+                links.insert((*a, *b), proxy);
+            }
+        }
+        Ok(Self { links })
+    }
+
+    /// `ID=127.0.0.1:PORT,…`: how node `from` reaches every other node (its `--routes`).
+    pub fn routes(&self, from: u64) -> String {
+        let routes = self.links.iter().filter(|((a, _), _)| *a == from);
+        routes.map(|((_, b), p)| format!("{b}={}", p.local_addr())).collect::<Vec<_>>().join(",")
+    }
+
+    /// Cuts node `id` off from every other node, both ways: `blackhole` stalls the connections
+    /// (as over a real partition), otherwise they are reset and new ones refused.
+    pub fn isolate(&self, id: u64, blackhole: bool) {
+        for ((a, b), p) in &self.links {
+            if *a == id || *b == id {
+                if blackhole {
+                    p.blackhole();
+                } else {
+                    p.cut();
+                }
+            }
+        }
+    }
+
+    /// Ends every partition between nodes.
+    pub fn heal(&self) {
+        for p in self.links.values() {
+            p.heal();
         }
     }
 }

@@ -32,6 +32,9 @@ pub struct Setup {
     pub fenced: bool,
     /// Seed of the schedule and the workers' hold times.
     pub seed: u64,
+    /// Nodes of the harness's own cluster (`--cluster`), if it started one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<u32>,
 }
 
 /// The whole report.
@@ -45,6 +48,9 @@ pub struct Report {
     pub findings: Findings,
     /// Faults injected, by kind.
     pub faults_by_kind: BTreeMap<String, usize>,
+    /// Node faults that hit the node leading the cluster, by kind (a cluster run only).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub faults_on_leader: BTreeMap<String, usize>,
     /// Every fault with its start and end (`CLOCK_MONOTONIC` ns).
     pub faults: Vec<FaultRecord>,
     /// History files read (one per worker incarnation).
@@ -55,38 +61,57 @@ pub struct Report {
     pub interrupted: bool,
     /// Workers that ended on their own before the run did (a harness problem, not a finding).
     pub early_exits: Vec<String>,
+    /// The run's directory, kept after a fenced run found unsafe (the server's or the nodes'
+    /// logs and data dirs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kept_dir: Option<String>,
 }
 
 impl Report {
     /// Builds the report.
     pub fn new(setup: Setup, findings: Findings, faults: Vec<FaultRecord>, history_files: usize, bad: usize) -> Self {
         let mut by_kind = BTreeMap::new();
+        let mut on_leader = BTreeMap::new();
         for f in &faults {
             *by_kind.entry(f.kind.name().to_string()).or_insert(0) += 1;
+            if f.kind.needs_cluster() {
+                *on_leader.entry(f.kind.name().to_string()).or_insert(0) += usize::from(f.leader == Some(true));
+            }
         }
         Self {
             verdict: if findings.safe() { "SAFE" } else { "UNSAFE" },
             setup,
             findings,
             faults_by_kind: by_kind,
+            faults_on_leader: on_leader,
             faults,
             history_files,
             unparsable_lines: bad,
             interrupted: false,
             early_exits: Vec::new(),
+            kept_dir: None,
         }
     }
 
-    /// `chaos: SAFE — 412 acquisitions, 398 writes accepted, 9 rejected (fenced), …`
+    /// `chaos: SAFE — 412 acquisitions, 398 writes accepted, 9 rejected (fenced), …`; node
+    /// faults say how many hit the leader: `node-kill×4 (3 on the leader)`.
     pub fn verdict_line(&self) -> String {
         let f = &self.findings;
+        let count = |(k, n): (&String, &usize)| match self.faults_on_leader.get(k) {
+            Some(l) => format!("{k}×{n} ({l} on the leader)"),
+            None => format!("{k}×{n}"),
+        };
         let faults = if self.faults_by_kind.is_empty() {
             "none".to_string()
         } else {
-            self.faults_by_kind.iter().map(|(k, n)| format!("{k}×{n}")).collect::<Vec<_>>().join(" ")
+            self.faults_by_kind.iter().map(count).collect::<Vec<_>>().join(" ")
+        };
+        let on = match self.setup.cluster {
+            Some(n) => format!(" ({n}-node cluster)"),
+            None => String::new(),
         };
         format!(
-            "chaos: {} — {} acquisitions, {} writes accepted, {} rejected ({}), {} stale writes accepted, \
+            "chaos: {}{on} — {} acquisitions, {} writes accepted, {} rejected ({}), {} stale writes accepted, \
              {} lost updates (final value {}), {} token regressions, {} overlapping holds ({} with both writes accepted), faults: {faults}",
             self.verdict,
             f.acquisitions,

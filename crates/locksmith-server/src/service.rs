@@ -151,6 +151,7 @@ impl Service {
             sink,
             conns: HashMap::new(),
             msgs: Vec::new(),
+            replies: Vec::new(),
             records: Vec::new(),
             principals: HashMap::new(),
             observers: HashMap::new(),
@@ -274,6 +275,8 @@ struct Actor {
     conns: HashMap<SessionId, (u64, Outbox)>,
     /// Messages for the current batch, in order.
     msgs: Vec<(Outbox, ServerMessage)>,
+    /// Status pages for the current batch (see [`Sink::submit`]).
+    replies: Vec<crate::sink::Reply>,
     records: Vec<Record>,
     /// Who opened each session (with an auth policy), for the event log.
     principals: HashMap<SessionId, String>,
@@ -381,6 +384,7 @@ impl Actor {
         self.telemetry = Default::default();
         self.records.clear();
         self.msgs.clear();
+        self.replies.clear();
     }
 
     /// Answers what a node that does not serve (a follower) cannot: an open is told where the
@@ -406,10 +410,14 @@ impl Actor {
     }
 
     fn flush(&mut self) -> Result<(), ServerError> {
-        if self.records.is_empty() && self.msgs.is_empty() {
+        if self.records.is_empty() && self.msgs.is_empty() && self.replies.is_empty() {
             return Ok(());
         }
-        self.sink.submit(std::mem::take(&mut self.records), std::mem::take(&mut self.msgs))
+        self.sink.submit(
+            std::mem::take(&mut self.records),
+            std::mem::take(&mut self.msgs),
+            std::mem::take(&mut self.replies),
+        )
     }
 
     fn send(&mut self, session: SessionId, m: ServerMessage) {
@@ -527,22 +535,12 @@ impl Actor {
                         self.machine.status_page(t, after.as_deref(), limit, &visible)
                     }
                 };
-                match &self.cluster {
-                    // A leader cut off from the majority must not describe locks the majority
-                    // may already have handed on: the answer waits for a quorum to confirm this
-                    // node still leads (as the committer does for answers without records).
-                    Some(role) => {
-                        let node = role.node.clone();
-                        tokio::spawn(async move {
-                            if node.barrier().await.is_ok() {
-                                let _ = reply.send(page);
-                            }
-                        });
-                    }
-                    None => {
-                        let _ = reply.send(page);
-                    }
-                }
+                // A cluster's leader answers once what the page shows is committed (or a quorum
+                // confirmed it still leads): one cut off from the majority must not describe
+                // locks the majority may already have handed on.
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(page);
+                }));
             }
             Command::Request { session, conn, id, request } => {
                 if self.conns.get(&session).is_none_or(|(c, _)| *c != conn) {
@@ -711,6 +709,7 @@ mod tests {
             sink: Sink::Direct,
             conns: HashMap::new(),
             msgs: Vec::new(),
+            replies: Vec::new(),
             records: Vec::new(),
             principals: HashMap::new(),
             observers: HashMap::new(),

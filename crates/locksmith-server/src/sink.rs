@@ -20,6 +20,10 @@ use crate::machine::Record;
 use crate::service::Outbox;
 use crate::wal::{encode_into, DataDir, LogFile};
 
+/// An answer that is not a stream message (a status page): sent once the batch it goes out
+/// with may be told (see [`Sink::submit`]).
+pub(crate) type Reply = Box<dyn FnOnce() + Send>;
+
 /// Log size after which the service writes a snapshot and starts a new log.
 const COMPACT_AT: u64 = 64 * 1024 * 1024;
 
@@ -69,11 +73,23 @@ impl Sink {
         }
     }
 
+    /// Sends `records` to the log and `msgs` after them. `replies` describe the state these
+    /// records lead to: a single node answers them at once (as before the records are synced,
+    /// like any read); a cluster's leader only once the records are committed, or a quorum
+    /// confirmed it still leads.
     pub(crate) fn submit(
         &mut self,
         records: Vec<Record>,
         msgs: Vec<(Outbox, ServerMessage)>,
+        replies: Vec<Reply>,
     ) -> Result<(), ServerError> {
+        let replies = match self {
+            Sink::Cluster(_) => replies,
+            _ => {
+                replies.into_iter().for_each(|r| r());
+                Vec::new()
+            }
+        };
         match self {
             Sink::Direct => {
                 for (out, m) in msgs {
@@ -81,7 +97,7 @@ impl Sink {
                 }
                 Ok(())
             }
-            Sink::Cluster(tx) => tx.send((records, msgs)).map_err(|_| ServerError::WriterStopped),
+            Sink::Cluster(tx) => tx.send((records, msgs, replies)).map_err(|_| ServerError::WriterStopped),
             Sink::Durable { tx, failed, in_flight, .. } => {
                 let mut msgs = msgs;
                 // Only this task increments, so a zero here means every earlier message is out.

@@ -1,7 +1,7 @@
 //! The cluster's sink: what the leader's service decided goes through Raft before anyone hears
 //! of it. Batches queued while a write is under way are merged into the next write (group
 //! commit: openraft syncs each write on its own). A batch of answers without records (a
-//! keep-alive, a busy lock) waits for a barrier — a quorum confirming this node still leads —
+//! keep-alive, a busy lock, a status page) waits for a barrier — a quorum confirming this node still leads —
 //! so a leader cut off from the majority never tells a client its lease was renewed: the new
 //! leader, which never heard of that renewal, may expire it.
 
@@ -14,9 +14,10 @@ use tokio::sync::mpsc;
 use super::replica::{encode, ReplicaMachine};
 use crate::machine::Record;
 use crate::service::Outbox;
+use crate::sink::Reply;
 
 /// One flush of the service: records to replicate and the answers that wait for them.
-pub(crate) type Batch = (Vec<Record>, Vec<(Outbox, ServerMessage)>);
+pub(crate) type Batch = (Vec<Record>, Vec<(Outbox, ServerMessage)>, Vec<Reply>);
 
 /// Starts the task that commits batches in order; returns where to send them.
 pub(crate) fn start(node: Arc<RaftNode<ReplicaMachine>>) -> mpsc::UnboundedSender<Batch> {
@@ -26,10 +27,11 @@ pub(crate) fn start(node: Arc<RaftNode<ReplicaMachine>>) -> mpsc::UnboundedSende
 }
 
 async fn commit_loop(node: Arc<RaftNode<ReplicaMachine>>, mut rx: mpsc::UnboundedReceiver<Batch>) {
-    while let Some((mut records, mut msgs)) = rx.recv().await {
-        while let Ok((r, m)) = rx.try_recv() {
+    while let Some((mut records, mut msgs, mut replies)) = rx.recv().await {
+        while let Ok((r, m, a)) = rx.try_recv() {
             records.extend(r);
             msgs.extend(m);
+            replies.extend(a);
         }
         let committed =
             if records.is_empty() { node.barrier().await.map(|_| ()) } else { write(&node, &records).await };
@@ -38,6 +40,7 @@ async fn commit_loop(node: Arc<RaftNode<ReplicaMachine>>, mut rx: mpsc::Unbounde
                 for (out, m) in msgs {
                     out.deliver(m);
                 }
+                replies.into_iter().for_each(|r| r());
             }
             // Leadership is lost (or the node stops): the answers are dropped; the service
             // ends their streams as it steps down, and clients resume on the new leader, which

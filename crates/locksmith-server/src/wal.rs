@@ -248,26 +248,65 @@ pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
     buf.extend_from_slice(&payload);
 }
 
+/// Why the bytes at some offset are not one whole frame. The log and a replicated command
+/// read frames with the same [`decode_frame`] and differ only in what they make of these: the
+/// log forgives a torn tail (a crash mid-write), a command forgives nothing.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    /// Fewer bytes than a frame header.
+    ShortHeader,
+    /// A header of zeros: preallocated space, where a log ends.
+    Zero,
+    /// A header claiming more than [`MAX_FRAME`] bytes.
+    TooLarge(usize),
+    /// A frame running past the bytes there are, or failing its checksum; it would end `end`
+    /// bytes from where it starts.
+    Torn { len: usize, end: usize, cut: bool },
+    /// An intact frame whose payload is not a record.
+    Undecodable(prost::DecodeError),
+    /// An intact frame holding a record of no known kind.
+    EmptyRecord,
+}
+
+impl std::fmt::Display for FrameError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::ShortHeader => f.write_str("frame header cut short"),
+            Self::Zero => f.write_str("empty frame"),
+            Self::TooLarge(len) | Self::Torn { len, cut: true, .. } => write!(f, "frame of {len} bytes does not fit"),
+            Self::Torn { cut: false, .. } => f.write_str("checksum mismatch"),
+            Self::Undecodable(e) => write!(f, "undecodable record: {e}"),
+            Self::EmptyRecord => f.write_str("empty record"),
+        }
+    }
+}
+
 /// One whole frame at the start of `bytes`: the record and the bytes it took.
 ///
 /// # Errors
 /// A frame cut short, too large, failing its checksum or not a record.
-pub(crate) fn decode_frame(bytes: &[u8]) -> Result<(Record, usize), String> {
+pub(crate) fn decode_frame(bytes: &[u8]) -> Result<(Record, usize), FrameError> {
     if bytes.len() < 8 {
-        return Err("frame header cut short".into());
+        return Err(FrameError::ShortHeader);
     }
     let len = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]) as usize;
     let crc = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
-    if len > MAX_FRAME || bytes.len() < 8 + len {
-        return Err(format!("frame of {len} bytes does not fit"));
+    if len == 0 && crc == 0 {
+        return Err(FrameError::Zero);
     }
-    let payload = &bytes[8..8 + len];
+    if len > MAX_FRAME {
+        return Err(FrameError::TooLarge(len));
+    }
+    let end = 8 + len;
+    let Some(payload) = bytes.get(8..end) else {
+        return Err(FrameError::Torn { len, end, cut: true });
+    };
     if crc32fast::hash(payload) != crc {
-        return Err("checksum mismatch".into());
+        return Err(FrameError::Torn { len, end, cut: false });
     }
-    let msg = wal::Record::decode(payload).map_err(|e| format!("undecodable record: {e}"))?;
-    let record = pb_impl::from_wal(msg).ok_or_else(|| "empty record".to_string())?;
-    Ok((record, 8 + len))
+    let msg = wal::Record::decode(payload).map_err(FrameError::Undecodable)?;
+    let record = pb_impl::from_wal(msg).ok_or(FrameError::EmptyRecord)?;
+    Ok((record, end))
 }
 
 fn decode_log(bytes: &[u8]) -> Result<Log, ServerError> {
@@ -289,41 +328,31 @@ fn decode_log(bytes: &[u8]) -> Result<Log, ServerError> {
     let mut at = header;
     let zeros_from = |from: usize| bytes.get(from..).is_none_or(|rest| rest.iter().all(|b| *b == 0));
     while at < bytes.len() {
-        let rest = &bytes[at..];
-        if rest.len() < 8 {
-            if zeros_from(at) {
+        let corrupt = |what: String| Err(ServerError::Corrupt(format!("wal: {what}")));
+        match decode_frame(&bytes[at..]) {
+            Ok((record, used)) => {
+                records.push(record);
+                at += used;
+            }
+            Err(FrameError::ShortHeader) => {
+                if !zeros_from(at) {
+                    tracing::warn!(offset = at, "wal: dropping a frame header cut short by a crash");
+                }
                 break;
             }
-            tracing::warn!(offset = at, "wal: dropping a frame header cut short by a crash");
-            break;
-        }
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
-        if len == 0 && crc == 0 {
             // Preallocated space: the log ends here, and only zeros may follow.
-            if zeros_from(at) {
-                break;
-            }
-            return Err(ServerError::Corrupt(format!("wal: data after an empty frame at offset {at}")));
-        }
-        if len > MAX_FRAME {
-            return Err(ServerError::Corrupt(format!("wal: frame at offset {at} claims {len} bytes")));
-        }
-        let end = at + 8 + len;
-        let intact = rest.len() >= 8 + len && crc32fast::hash(&rest[8..8 + len]) == crc;
-        if !intact {
-            if zeros_from(end) {
+            Err(FrameError::Zero) if zeros_from(at) => break,
+            Err(FrameError::Zero) => return corrupt(format!("data after an empty frame at offset {at}")),
+            Err(FrameError::TooLarge(len)) => return corrupt(format!("frame at offset {at} claims {len} bytes")),
+            // Only the last frame may be torn: a crash interrupted its write.
+            Err(FrameError::Torn { end, .. }) if zeros_from(at + end) => {
                 tracing::warn!(offset = at, "wal: dropping a torn last frame");
                 break;
             }
-            return Err(ServerError::Corrupt(format!("wal: checksum mismatch at offset {at}")));
+            Err(FrameError::Torn { .. }) => return corrupt(format!("checksum mismatch at offset {at}")),
+            Err(FrameError::Undecodable(e)) => return corrupt(format!("undecodable record at offset {at}: {e}")),
+            Err(FrameError::EmptyRecord) => return corrupt(format!("empty record at offset {at}")),
         }
-        let msg = wal::Record::decode(&rest[8..8 + len])
-            .map_err(|e| ServerError::Corrupt(format!("wal: undecodable record at offset {at}: {e}")))?;
-        let record =
-            pb_impl::from_wal(msg).ok_or_else(|| ServerError::Corrupt(format!("wal: empty record at offset {at}")))?;
-        records.push(record);
-        at = end;
     }
     Ok(Log { records, generation, valid: at as u64 })
 }

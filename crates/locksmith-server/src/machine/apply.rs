@@ -8,6 +8,20 @@ use std::time::Instant;
 
 use super::{Holder, Lock, Machine, Record, Session};
 
+/// The lock `name` in `locks`, created (never granted, counters at zero) if the machine does not
+/// know it. Looked up by `&str` first, so the name is copied only for a new lock (the entry API
+/// would copy it on every grant and release). A macro, not a function: returning the reference
+/// from a function after a failed `get_mut` needs a second lookup to satisfy the borrow checker.
+macro_rules! lock_entry {
+    ($locks:expr, $name:expr) => {{
+        let name: &str = $name;
+        match $locks.get_mut(name) {
+            Some(lock) => lock,
+            None => $locks.entry(name.into()).or_insert_with(Lock::default),
+        }
+    }};
+}
+
 impl Machine {
     /// Applies one record at `now`: the change it describes, and nothing else (no hand-off, no
     /// effect, no record). Durations in a record count from `now`: a session's deadline
@@ -38,7 +52,7 @@ impl Machine {
             }
             Record::Grant { name, session, owner, token, lock_delay, mode, value } => {
                 self.touched(name);
-                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
+                let lock = lock_entry!(self.locks, name);
                 lock.counter = lock.counter.max(*token);
                 // A lock is granted only once its lock-delay is over.
                 set_delay(&mut self.delays, lock, name, None);
@@ -65,7 +79,7 @@ impl Machine {
             }
             Record::Release { name, token, delay } => {
                 self.touched(name);
-                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
+                let lock = lock_entry!(self.locks, name);
                 lock.counter = lock.counter.max(*token);
                 if let Some(h) = lock.remove_holder(*token) {
                     if let Some(s) = self.sessions.get_mut(&h.session) {
@@ -93,14 +107,14 @@ impl Machine {
                 }
             }
             Record::Counter { name, token, delay } => {
-                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
+                let lock = lock_entry!(self.locks, name);
                 lock.counter = lock.counter.max(*token);
                 if !delay.is_zero() {
                     set_delay(&mut self.delays, lock, name, Some(now + *delay));
                 }
             }
             Record::Reserve { name, upto } => {
-                let Some(lock) = lock_entry(&mut self.locks, name) else { return };
+                let lock = lock_entry!(self.locks, name);
                 lock.reserved = lock.reserved.max(*upto);
             }
             Record::Horizon { ttl, lock_delay } => {
@@ -109,17 +123,6 @@ impl Machine {
             Record::Floor { upto } => self.floor = self.floor.max(*upto),
         }
     }
-}
-
-/// The lock `name`, created (never granted, counters at zero) if the machine does not know it.
-/// `None` only if the map refuses to keep what was just put in it.
-fn lock_entry<'a>(locks: &'a mut std::collections::BTreeMap<Box<str>, Lock>, name: &str) -> Option<&'a mut Lock> {
-    // Looked up by `&str` first: the name is copied only for a lock the machine did not know
-    // (the entry API would copy it on every grant and release).
-    if !locks.contains_key(name) {
-        locks.insert(name.into(), Lock::default());
-    }
-    locks.get_mut(name)
 }
 
 /// Sets (or ends) the lock-delay of the lock `name`, keeping the index in step.

@@ -520,6 +520,7 @@ impl Machine {
             return Err(Refusal::Limit(format!("{max} locks held and waited for by one session")));
         }
         let waiting = lock.map_or(0, Lock::waiters);
+        let last = lock.map_or((0, 0), |l| (l.counter, l.reserved));
         if !free && waiting >= self.limits.max_waiters_per_lock {
             return Err(Refusal::Limit(format!("{} waiters on lock {name:?}", self.limits.max_waiters_per_lock)));
         }
@@ -528,7 +529,7 @@ impl Machine {
         }
         let waiter = Waiter { session, request, owner: owner.into_string(), lock_delay, mode, value };
         if free {
-            let token = self.grant(now, name, waiter);
+            let token = self.grant(now, name, waiter, last);
             return Ok(AcquireOutcome::Granted(token));
         }
         let seq = self.next_seq;
@@ -660,9 +661,9 @@ impl Machine {
     }
 
     /// Grants `name` to the waiter `w` (asked now, or the head of the queue) with the next
-    /// token; returns the token.
-    fn grant(&mut self, now: Instant, name: &str, w: Waiter) -> u64 {
-        let (counter, reserved) = self.locks.get(name).map_or((0, 0), |l| (l.counter, l.reserved));
+    /// token; returns the token. `(counter, reserved)` are the lock's, which every caller has
+    /// just looked at (passed in to spare a third lookup of the name on the hot path).
+    fn grant(&mut self, now: Instant, name: &str, w: Waiter, (counter, reserved): (u64, u64)) -> u64 {
         let token = counter.max(self.base) + 1;
         if token > self.floor {
             // Durable before the grant is answered: a restart, whatever happened to the log,
@@ -687,11 +688,12 @@ impl Machine {
                 lock.settle();
                 return;
             };
+            let last = (lock.counter, lock.reserved);
             if let Some(s) = self.sessions.get_mut(&w.session) {
                 s.waits.remove(&w.request);
             }
             let (session, request) = (w.session, w.request);
-            let token = self.grant(now, name, w);
+            let token = self.grant(now, name, w, last);
             self.effects.push(Effect::Granted { session, request, token });
         }
     }

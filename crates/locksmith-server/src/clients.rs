@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use crate::machine::{Refusal, SessionId};
+use crate::machine::{LimitKind, Refusal, SessionId};
 use crate::pb_impl::Open;
 
 #[derive(Debug)]
@@ -33,10 +33,13 @@ impl Clients {
     pub(crate) fn admit(&self, open: &Open) -> Result<(), Refusal> {
         let Some(key) = Self::key(open) else { return Ok(()) };
         if self.live.get(&key).copied().unwrap_or(0) >= self.max {
-            return Err(Refusal::Limit(format!(
-                "{} sessions of one client ({key}); close some, or ask the operator for --max-sessions-per-client",
-                self.max
-            )));
+            return Err(Refusal::Limit(
+                LimitKind::SessionsPerClient,
+                format!(
+                    "{} sessions of one client ({key}); close some, or ask the operator for --max-sessions-per-client",
+                    self.max
+                ),
+            ));
         }
         Ok(())
     }
@@ -88,7 +91,7 @@ mod tests {
         let jobs_there = open(Some("jobs"), Some("10.0.0.2"));
         c.add(1, &a);
         c.add(2, &a);
-        assert!(matches!(c.admit(&a), Err(Refusal::Limit(m)) if m.contains("address 10.0.0.1")));
+        assert!(matches!(c.admit(&a), Err(Refusal::Limit(_, m)) if m.contains("address 10.0.0.1")));
         assert!(c.admit(&jobs_here).is_ok(), "a principal is counted apart from its address");
         c.add(3, &jobs_here);
         c.add(4, &jobs_there);

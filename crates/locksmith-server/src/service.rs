@@ -506,7 +506,10 @@ impl Actor {
                     None => match crate::secret::fresh() {
                         Some((secret, digest)) => (secret.to_vec(), bind(digest)),
                         None => {
-                            let r = crate::machine::Refusal::Limit("the OS random number generator failed".into());
+                            let r = crate::machine::Refusal::Limit(
+                                crate::machine::LimitKind::Other,
+                                "the OS random number generator failed".into(),
+                            );
                             if let Some(m) = Reply::Refused(r).into_message(id) {
                                 self.msgs.push((out, m));
                             }

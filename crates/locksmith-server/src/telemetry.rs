@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge, histogram};
 
-use crate::machine::{AcquireOutcome, Effect, Record, Refusal, SessionId};
+use crate::machine::{AcquireOutcome, Effect, LimitKind, Record, Refusal, SessionId};
 
 /// Grants, by `kind`: `immediate` (the lock was free) or `queued` (a waiter's turn came).
 pub const GRANTS: &str = "locksmith_server_grants_total";
@@ -147,19 +147,13 @@ pub(crate) fn refused(r: &Refusal) {
 
 /// Which limit refused `r` (`None`: not a limit).
 fn limit_of(r: &Refusal) -> Option<Limit> {
-    let Refusal::Limit(what) = r else { return None };
-    // The machine and the service say which limit in words ("100000 sessions on the server",
-    // "10 waiters on lock …"); see machine/mod.rs and clients.rs.
-    Some(if what.ends_with(" sessions on the server") {
-        Limit::Sessions
-    } else if what.contains(" sessions of one client ") {
-        Limit::SessionsPerClient
-    } else if what.contains(" locks held and waited for by one session") {
-        Limit::EntriesPerSession
-    } else if what.contains(" waiters on lock ") {
-        Limit::WaitersPerLock
-    } else {
-        Limit::Other
+    let Refusal::Limit(kind, _) = r else { return None };
+    Some(match kind {
+        LimitKind::Sessions => Limit::Sessions,
+        LimitKind::SessionsPerClient => Limit::SessionsPerClient,
+        LimitKind::EntriesPerSession => Limit::EntriesPerSession,
+        LimitKind::WaitersPerLock => Limit::WaitersPerLock,
+        _ => Limit::Other,
     })
 }
 
@@ -312,7 +306,10 @@ mod tests {
         assert_eq!(limit_of(&queue), Some(Limit::WaitersPerLock), "{queue}");
         assert_eq!(limit_of(&entries), Some(Limit::EntriesPerSession), "{entries}");
         assert_eq!(limit_of(&per_client), Some(Limit::SessionsPerClient), "{per_client}");
-        assert_eq!(limit_of(&Refusal::Limit("the OS random number generator failed".into())), Some(Limit::Other));
+        assert_eq!(
+            limit_of(&Refusal::Limit(LimitKind::Other, "the OS random number generator failed".into())),
+            Some(Limit::Other)
+        );
         assert_eq!(limit_of(&Refusal::SessionExpired), None);
     }
 

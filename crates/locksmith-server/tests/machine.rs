@@ -745,7 +745,7 @@ fn full_wait_queue_is_refused_with_limit() {
     grab(&mut m, at(0), h, 1, "x", "o");
     assert_eq!(acq(&mut m, at(1), s[0], 10, "x", "o", true), AcquireOutcome::Queued);
     assert_eq!(acq(&mut m, at(1), s[1], 11, "x", "o", true), AcquireOutcome::Queued);
-    assert!(matches!(m.acquire(at(1), Acquire { wait: true, ..cmd(s[2], 12, "x", "o") }), Err(Refusal::Limit(_))));
+    assert!(matches!(m.acquire(at(1), Acquire { wait: true, ..cmd(s[2], 12, "x", "o") }), Err(Refusal::Limit(..))));
     assert_eq!(waiters(&m, at(1), "x"), 2);
     assert!(!m.cancel(at(1), s[2], 12), "the refused acquire was not queued");
     // A no-wait acquire is still answered Busy, and another lock is unaffected.
@@ -763,7 +763,7 @@ fn too_many_sessions_are_refused_with_limit() {
     let mut m = Machine::new(Limits { max_sessions: 2, ..limits() }, 1);
     let a = open(&mut m, at(0), 1_000);
     open(&mut m, at(0), 10_000);
-    assert!(matches!(m.open(at(1), ms(1_000), None, SECRET), Err(Refusal::Limit(_))));
+    assert!(matches!(m.open(at(1), ms(1_000), None, SECRET), Err(Refusal::Limit(..))));
     m.close(at(2), a);
     open(&mut m, at(3), 1_000);
 }
@@ -1401,7 +1401,7 @@ fn a_session_cannot_hold_and_wait_for_more_than_its_limit() {
     grab(&mut m, at(1), a, 2, "y", "o");
     assert_eq!(acq(&mut m, at(1), a, 3, "busy", "o", true), AcquireOutcome::Queued);
     match m.acquire(at(1), cmd(a, 4, "z", "o")) {
-        Err(Refusal::Limit(why)) => assert!(why.contains("3 locks held and waited for"), "{why}"),
+        Err(Refusal::Limit(_, why)) => assert!(why.contains("3 locks held and waited for"), "{why}"),
         other => panic!("expected a limit refusal, got {other:?}"),
     }
     assert_eq!(view(&m, at(1), "x").holder.map(|h| h.2), Some(1), "a retry of a hold still answers");

@@ -84,7 +84,7 @@ fn kind(r: Refusal) -> Kind {
     match r {
         Refusal::SessionExpired => Kind::SessionExpired,
         Refusal::Invalid(_) => Kind::Invalid,
-        Refusal::Limit(_) => Kind::Limit,
+        Refusal::Limit(..) => Kind::Limit,
         Refusal::Denied(_) => Kind::Denied,
         other => panic!("a refusal the model does not know: {other:?}"),
     }

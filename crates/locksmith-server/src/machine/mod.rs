@@ -177,6 +177,23 @@ pub enum AcquireOutcome {
     Queued,
 }
 
+/// Which limit refused a request: said where the refusal is made, so that what counts refusals
+/// (the server's metrics) never has to read it back from the words.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LimitKind {
+    /// The server's live session limit.
+    Sessions,
+    /// Live sessions of one client (principal or address).
+    SessionsPerClient,
+    /// Holds and waits of one session.
+    EntriesPerSession,
+    /// Waiters on one lock.
+    WaitersPerLock,
+    /// Anything else the server ran short of.
+    Other,
+}
+
 /// Why a request was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -187,9 +204,9 @@ pub enum Refusal {
     /// Bad argument.
     #[error("invalid argument: {0}")]
     Invalid(String),
-    /// A limit was hit.
-    #[error("limit exceeded: {0}")]
-    Limit(String),
+    /// A limit was hit: which one, and in words.
+    #[error("limit exceeded: {1}")]
+    Limit(LimitKind, String),
     /// A resume with a wrong or missing secret: nothing changed.
     #[error("permission denied: {0}")]
     Denied(String),
@@ -425,7 +442,10 @@ impl Machine {
             )));
         }
         if self.sessions.len() >= self.limits.max_sessions {
-            return Err(Refusal::Limit(format!("{} sessions on the server", self.limits.max_sessions)));
+            return Err(Refusal::Limit(
+                LimitKind::Sessions,
+                format!("{} sessions on the server", self.limits.max_sessions),
+            ));
         }
         let id = (self.epoch << 32) | (self.next_session & 0xffff_ffff);
         self.next_session += 1;
@@ -517,12 +537,18 @@ impl Machine {
         }
         let max = self.limits.max_entries_per_session;
         if entries >= max {
-            return Err(Refusal::Limit(format!("{max} locks held and waited for by one session")));
+            return Err(Refusal::Limit(
+                LimitKind::EntriesPerSession,
+                format!("{max} locks held and waited for by one session"),
+            ));
         }
         let waiting = lock.map_or(0, Lock::waiters);
         let last = lock.map_or((0, 0), |l| (l.counter, l.reserved));
         if !free && waiting >= self.limits.max_waiters_per_lock {
-            return Err(Refusal::Limit(format!("{} waiters on lock {name:?}", self.limits.max_waiters_per_lock)));
+            return Err(Refusal::Limit(
+                LimitKind::WaitersPerLock,
+                format!("{} waiters on lock {name:?}", self.limits.max_waiters_per_lock),
+            ));
         }
         if self.durability == Durability::Leases && lock_delay > self.horizon.1 {
             self.emit(now, Record::Horizon { ttl: self.horizon.0, lock_delay });

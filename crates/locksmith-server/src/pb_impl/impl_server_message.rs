@@ -49,7 +49,7 @@ impl Reply {
                 let code = match r {
                     Refusal::SessionExpired => Code::SessionExpired,
                     Refusal::Invalid(_) => Code::InvalidArgument,
-                    Refusal::Limit(_) => Code::LimitExceeded,
+                    Refusal::Limit(..) => Code::LimitExceeded,
                     Refusal::Denied(_) => Code::PermissionDenied,
                     Refusal::NotLeader(_) => Code::Unavailable,
                 };
@@ -129,7 +129,11 @@ mod tests {
         let cases = [
             (Reply::Refused(Refusal::SessionExpired), Code::SessionExpired, "session expired"),
             (Reply::Refused(Refusal::Invalid("ttl".into())), Code::InvalidArgument, "invalid argument: ttl"),
-            (Reply::Refused(Refusal::Limit("2 sessions".into())), Code::LimitExceeded, "limit exceeded: 2 sessions"),
+            (
+                Reply::Refused(Refusal::Limit(crate::machine::LimitKind::Sessions, "2 sessions".into())),
+                Code::LimitExceeded,
+                "limit exceeded: 2 sessions",
+            ),
             (Reply::Invalid(Invalid::Empty), Code::InvalidArgument, "empty message"),
         ];
         for (reply, code, text) in cases {

@@ -11,10 +11,11 @@ use locksmith_proto::ServerMessage;
 use locksmith_raft::{RaftNode, MAX_COMMAND};
 use tokio::sync::mpsc;
 
-use super::replica::{encode, ReplicaMachine};
+use super::replica::ReplicaMachine;
 use crate::machine::Record;
 use crate::service::Outbox;
 use crate::sink::Reply;
+use crate::wal;
 
 /// One flush of the service: records to replicate and the answers that wait for them.
 pub(crate) type Batch = (Vec<Record>, Vec<(Outbox, ServerMessage)>, Vec<Reply>);
@@ -54,11 +55,13 @@ async fn commit_loop(node: Arc<RaftNode<ReplicaMachine>>, mut rx: mpsc::Unbounde
 async fn write(node: &RaftNode<ReplicaMachine>, records: &[Record]) -> Result<(), locksmith_raft::ClientWriteError> {
     let mut command = Vec::new();
     for r in records {
-        let frame = encode(std::slice::from_ref(r));
-        if !command.is_empty() && command.len() + frame.len() > MAX_COMMAND {
-            node.client_write(std::mem::take(&mut command)).await?;
+        // Framed straight into the command; only a frame that overflows it is moved to the next.
+        let before = command.len();
+        wal::encode_into(r, &mut command);
+        if before > 0 && command.len() > MAX_COMMAND {
+            let next = command.split_off(before);
+            node.client_write(std::mem::replace(&mut command, next)).await?;
         }
-        command.extend_from_slice(&frame);
     }
     if !command.is_empty() {
         node.client_write(command).await?;

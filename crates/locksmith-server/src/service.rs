@@ -259,6 +259,16 @@ impl Service {
     }
 }
 
+/// What an observer of `name` is sent: the lock's state at `t` (an unknown lock as free).
+fn lock_message(machine: &Machine, t: Instant, name: &str) -> ServerMessage {
+    let info = machine
+        .status(t, Some(name))
+        .pop()
+        .map(locksmith_proto::LockInfo::from)
+        .unwrap_or_else(|| locksmith_proto::LockInfo { name: name.to_string(), ..Default::default() });
+    ServerMessage { id: 0, body: Some(locksmith_proto::server_message::Body::Lock(info)) }
+}
+
 fn now() -> Instant {
     tokio::time::Instant::now().into_std()
 }
@@ -464,11 +474,7 @@ impl Actor {
             self.machine.watch(name, false);
             return;
         }
-        let view = self.machine.status(now(), Some(name)).pop();
-        let info = view
-            .map(locksmith_proto::LockInfo::from)
-            .unwrap_or_else(|| locksmith_proto::LockInfo { name: name.to_string(), ..Default::default() });
-        let m = ServerMessage { id: 0, body: Some(locksmith_proto::server_message::Body::Lock(info)) };
+        let m = lock_message(&self.machine, now(), name);
         for out in outs.iter() {
             self.msgs.push((out.clone(), m.clone()));
         }
@@ -486,16 +492,9 @@ impl Actor {
                 self.collect();
                 let name: Box<str> = name.as_str().into();
                 self.machine.watch(&name, true);
-                self.observers.entry(name.clone()).or_default().push(out);
                 // The state now, to this observer only: the others saw it already.
-                let view = self.machine.status(t, Some(&name)).pop();
-                let info = view
-                    .map(locksmith_proto::LockInfo::from)
-                    .unwrap_or_else(|| locksmith_proto::LockInfo { name: name.to_string(), ..Default::default() });
-                let m = ServerMessage { id: 0, body: Some(locksmith_proto::server_message::Body::Lock(info)) };
-                if let Some(out) = self.observers.get(&name).and_then(|o| o.last()) {
-                    self.msgs.push((out.clone(), m));
-                }
+                self.msgs.push((out.clone(), lock_message(&self.machine, t, &name)));
+                self.observers.entry(name).or_default().push(out);
             }
             Command::Open { conn, id, open, out, reply } => {
                 // A new session gets a fresh secret; a resume presents the one it was given.

@@ -166,7 +166,6 @@ fn to_pb(view: &ClusterView) -> ClusterStatus {
                 Role::Leader => PbRole::Leader,
                 Role::Follower => PbRole::Follower,
                 Role::Learner => PbRole::Learner,
-                _ => PbRole::Unspecified,
             } as i32,
             voter: m.voter,
             matched_index: m.matched,

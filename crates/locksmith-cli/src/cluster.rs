@@ -82,14 +82,9 @@ pub struct RemoveArgs {
     target: Target,
 }
 
-/// `HOST:PORT` with a port number.
+/// `HOST:PORT` as the server's `AddNode` checks it, so that a bad address is refused here.
 fn node_addr(s: &str) -> Result<String, String> {
-    let bad = || format!("{s:?} is not HOST:PORT (the node's --listen address, e.g. 10.0.0.4:7531)");
-    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
-    match port.parse::<u16>() {
-        Ok(p) if p != 0 && !host.is_empty() && !host.contains([',', '/', ' ']) => Ok(s.to_string()),
-        _ => Err(bad()),
-    }
+    locksmith_server::cluster::check_addr(s).map(|()| s.to_string())
 }
 
 /// Runs a `cluster` subcommand.

@@ -146,7 +146,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peers(pub std::collections::BTreeMap<u64, String>);
 
-/// Parses `--peers`: `ID=HOST:PORT` items separated by commas.
+/// Parses `--peers` and `--routes`: `ID=HOST:PORT` items separated by commas, each address as
+/// strict as `locksmith cluster add` takes it.
 fn peers_arg(s: &str) -> Result<Peers, String> {
     let mut peers = std::collections::BTreeMap::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
@@ -154,8 +155,7 @@ fn peers_arg(s: &str) -> Result<Peers, String> {
             item.split_once('=').ok_or_else(|| format!("{item:?} is not ID=HOST:PORT (e.g. 1=10.0.0.1:7531)"))?;
         let id: u64 = id.trim().parse().map_err(|_| format!("{id:?} is not a node id (a number) in {item:?}"))?;
         let addr = addr.trim();
-        let (_, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr:?} is not HOST:PORT in {item:?}"))?;
-        port.parse::<u16>().map_err(|_| format!("{port:?} is not a port number in {item:?}"))?;
+        locksmith_server::cluster::check_addr(addr).map_err(|e| format!("{e} in {item:?}"))?;
         if peers.insert(id, addr.to_string()).is_some() {
             return Err(format!("node {id} is listed twice"));
         }

@@ -290,7 +290,16 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let _hup = auth.clone().map(reload_on_sighup);
-    let shutdown = shutdown_signal();
+    let shutdown = {
+        // Installed before the listener is bound, so a signal sent as soon as the port answers
+        // stops the server cleanly instead of killing it with the default action.
+        let signal = locksmith_cli_common::shutdown_signal();
+        async move {
+            // Awaited outside the log macro: a disabled level would skip its arguments.
+            let name = signal.await;
+            tracing::info!("{name} received");
+        }
+    };
     // Metrics first: once the server's port answers, so does its metrics port.
     if let Some(addr) = args.metrics_listen {
         if let Err(message) = crate::serve_metrics::install(addr) {
@@ -383,24 +392,6 @@ fn raise_open_file_limit() -> Option<u64> {
         Err(e) => {
             tracing::warn!(open_file_limit = soft, hard, error = %e, "cannot raise the open-file limit");
             Some(soft)
-        }
-    }
-}
-
-/// Installs the SIGTERM/SIGINT handlers now and resolves when one arrives. Installed before the
-/// listener is bound, so a signal sent as soon as the port answers stops the server cleanly
-/// instead of killing it with the default action.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
-    async move {
-        let (Ok(mut term), Ok(mut int)) = handlers else {
-            // Without handlers the default action (terminate) still applies; never resolve here.
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = int.recv() => tracing::info!("SIGINT received"),
         }
     }
 }

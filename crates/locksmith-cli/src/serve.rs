@@ -333,6 +333,9 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let routes = args.routes.map(|r| r.0).unwrap_or_default();
     match (args.node_id, args.peers, args.join) {
         (Some(id), Some(Peers(peers)), _) => {
+            // RaftNode::start refuses both as configuration errors too; checked here as well
+            // so that they are usage errors (exit 2), reported before the port is bound or
+            // the data directory created.
             if !peers.contains_key(&id) {
                 eprintln!("locksmith serve: --node-id {id} is not among --peers");
                 return ExitCode::from(exit::USAGE);

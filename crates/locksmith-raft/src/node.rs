@@ -90,7 +90,8 @@ impl<M: Replicated> RaftNode<M> {
     /// The node serves no peer until the application serves [`service`](Self::service).
     ///
     /// # Errors
-    /// [`StartError::Config`] for inconsistent settings or `peers` without this node;
+    /// [`StartError::Config`] for inconsistent settings, `peers` without this node, or
+    /// [`routes`](NodeConfig::routes) naming a node that is not among non-empty `peers`;
     /// [`StartError::Store`] when the directory is in use or damaged; [`StartError::Raft`] when
     /// openraft fails to start.
     ///
@@ -105,6 +106,13 @@ impl<M: Replicated> RaftNode<M> {
     ) -> Result<Self, StartError> {
         if !peers.is_empty() && !peers.contains_key(&id) {
             return Err(StartError::Config(format!("the initial peers do not include this node ({id})")));
+        }
+        // A route to a node the cluster does not have is a typo in the routes (or the peers):
+        // that node's traffic would silently take the membership's address instead.
+        if let Some(unknown) = config.routes.keys().find(|r| !peers.is_empty() && !peers.contains_key(r)) {
+            return Err(StartError::Config(format!(
+                "the routes name node {unknown}, which is not among the initial peers"
+            )));
         }
         let openraft_config = Arc::new(config.to_openraft()?);
         let dir = dir.into();

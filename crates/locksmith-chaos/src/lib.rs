@@ -227,23 +227,6 @@ async fn probe(url: &str, args: &ChaosArgs) -> Result<(), Stop> {
     result
 }
 
-/// Resolves on SIGINT or SIGTERM. The handlers are installed when this is called (not when the
-/// future is first polled), so from then on Ctrl-C no longer ends the harness at once, leaving
-/// its children behind: it is the harness's to act on.
-fn interrupted() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let signals = (signal(SignalKind::interrupt()), signal(SignalKind::terminate()));
-    async move {
-        let (Ok(mut int), Ok(mut term)) = signals else {
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = int.recv() => {}
-            _ = term.recv() => {}
-        }
-    }
-}
-
 /// Checks the options against the harness's own cluster.
 fn check_cluster(args: &ChaosArgs, kinds: &[FaultKind]) -> Result<(), Stop> {
     match args.cluster {
@@ -388,8 +371,9 @@ async fn run(args: ChaosArgs) -> Result<ExitCode, Stop> {
         None => temp.path().to_path_buf(),
     };
 
-    // From here on Ctrl-C is the harness's: during the start it ends everything started so far.
-    let mut ctrl_c = std::pin::pin!(interrupted());
+    // From here on Ctrl-C (or SIGTERM) is the harness's, no longer ending it at once and leaving
+    // its children behind: during the start it ends everything started so far.
+    let mut ctrl_c = std::pin::pin!(locksmith_cli_common::shutdown_signal());
     let started = async {
         let (own, url, worker_url, proxies) = start_backend(&args, &kinds, &exe, temp.path()).await?;
         probe(&worker_url, &args).await?;

@@ -6,10 +6,13 @@
 //! - [`exit`]: exit codes (sysexits where one fits) and the mapping from library errors;
 //! - [`duration_arg`], [`ttl_arg`]: clap parsers for durations and session TTLs;
 //! - [`DEFAULT_BACKEND`]: the backend when neither `--backend` nor `LOCKSMITH_BACKEND` is given;
-//! - [`DurabilityArg`]: the `--durability` values of the native server.
+//! - [`DurabilityArg`]: the `--durability` values of the native server;
+//! - [`shutdown_signal`]: SIGTERM or SIGINT, for the subcommands that run until stopped.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
 
 mod args;
 pub mod exit;
+mod signal;
 
 pub use args::{duration_arg, ttl_arg, DurabilityArg, DEFAULT_BACKEND};
+pub use signal::shutdown_signal;

@@ -9,6 +9,7 @@ use clap::{Args, Subcommand};
 use locksmith_native::{ClusterError, ClusterStatus, NativeBackend};
 use serde_json::json;
 
+use crate::table::{or_dash, print_table};
 use crate::{duration_arg, exit};
 
 /// Arguments of `locksmith cluster`.
@@ -82,14 +83,9 @@ pub struct RemoveArgs {
     target: Target,
 }
 
-/// `HOST:PORT` with a port number.
+/// `HOST:PORT` as the server's `AddNode` checks it, so that a bad address is refused here.
 fn node_addr(s: &str) -> Result<String, String> {
-    let bad = || format!("{s:?} is not HOST:PORT (the node's --listen address, e.g. 10.0.0.4:7531)");
-    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
-    match port.parse::<u16>() {
-        Ok(p) if p != 0 && !host.is_empty() && !host.contains([',', '/', ' ']) => Ok(s.to_string()),
-        _ => Err(bad()),
-    }
+    locksmith_server::cluster::check_addr(s).map(|()| s.to_string())
 }
 
 /// Runs a `cluster` subcommand.
@@ -214,10 +210,6 @@ fn code_for(e: &ClusterError) -> u8 {
     }
 }
 
-fn or_dash(v: Option<u64>) -> String {
-    v.map_or_else(|| "-".into(), |i| i.to_string())
-}
-
 fn print_status(s: &ClusterStatus) {
     if s.nodes.is_empty() {
         println!(
@@ -226,7 +218,6 @@ fn print_status(s: &ClusterStatus) {
         );
         return;
     }
-    let header = ["NODE", "ADDRESS", "ROLE", "VOTER", "MATCHED"].map(String::from);
     let rows: Vec<[String; 5]> = s
         .nodes
         .iter()
@@ -240,21 +231,7 @@ fn print_status(s: &ClusterStatus) {
             ]
         })
         .collect();
-    let mut widths = header.clone().map(|h| h.len());
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for r in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = r
-            .iter()
-            .zip(widths)
-            .enumerate()
-            .map(|(i, (cell, w))| if i == 4 { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
+    print_table(&["NODE", "ADDRESS", "ROLE", "VOTER", "MATCHED"], &rows, |i| i == 4);
     let leader = match (s.leader, &s.leader_addr) {
         (Some(id), Some(addr)) => format!("leader: node {id} at {addr}"),
         (Some(id), None) => format!("leader: node {id}"),

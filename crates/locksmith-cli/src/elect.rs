@@ -97,18 +97,7 @@ async fn observe(args: ElectArgs) -> ExitCode {
             return exit::report("elect", &e);
         }
     };
-    let stop = async {
-        use tokio::signal::unix::{signal, SignalKind};
-        match (signal(SignalKind::interrupt()), signal(SignalKind::terminate())) {
-            (Ok(mut i), Ok(mut t)) => {
-                tokio::select! {
-                    _ = i.recv() => {}
-                    _ = t.recv() => {}
-                }
-            }
-            _ => std::future::pending().await,
-        }
-    };
+    let stop = locksmith_cli_common::shutdown_signal();
     tokio::pin!(stop);
     loop {
         let next = tokio::select! {

@@ -24,6 +24,7 @@ mod serve_metrics;
 #[cfg(feature = "sql")]
 pub mod sql;
 pub mod status;
+mod table;
 
 #[cfg(feature = "bench")]
 pub use locksmith_bench as bench;

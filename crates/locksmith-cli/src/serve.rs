@@ -146,7 +146,8 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Peers(pub std::collections::BTreeMap<u64, String>);
 
-/// Parses `--peers`: `ID=HOST:PORT` items separated by commas.
+/// Parses `--peers` and `--routes`: `ID=HOST:PORT` items separated by commas, each address as
+/// strict as `locksmith cluster add` takes it.
 fn peers_arg(s: &str) -> Result<Peers, String> {
     let mut peers = std::collections::BTreeMap::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
@@ -154,8 +155,7 @@ fn peers_arg(s: &str) -> Result<Peers, String> {
             item.split_once('=').ok_or_else(|| format!("{item:?} is not ID=HOST:PORT (e.g. 1=10.0.0.1:7531)"))?;
         let id: u64 = id.trim().parse().map_err(|_| format!("{id:?} is not a node id (a number) in {item:?}"))?;
         let addr = addr.trim();
-        let (_, port) = addr.rsplit_once(':').ok_or_else(|| format!("{addr:?} is not HOST:PORT in {item:?}"))?;
-        port.parse::<u16>().map_err(|_| format!("{port:?} is not a port number in {item:?}"))?;
+        locksmith_server::cluster::check_addr(addr).map_err(|e| format!("{e} in {item:?}"))?;
         if peers.insert(id, addr.to_string()).is_some() {
             return Err(format!("node {id} is listed twice"));
         }
@@ -290,7 +290,16 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     let _hup = auth.clone().map(reload_on_sighup);
-    let shutdown = shutdown_signal();
+    let shutdown = {
+        // Installed before the listener is bound, so a signal sent as soon as the port answers
+        // stops the server cleanly instead of killing it with the default action.
+        let signal = locksmith_cli_common::shutdown_signal();
+        async move {
+            // Awaited outside the log macro: a disabled level would skip its arguments.
+            let name = signal.await;
+            tracing::info!("{name} received");
+        }
+    };
     // Metrics first: once the server's port answers, so does its metrics port.
     if let Some(addr) = args.metrics_listen {
         if let Err(message) = crate::serve_metrics::install(addr) {
@@ -324,6 +333,9 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let routes = args.routes.map(|r| r.0).unwrap_or_default();
     match (args.node_id, args.peers, args.join) {
         (Some(id), Some(Peers(peers)), _) => {
+            // RaftNode::start refuses both as configuration errors too; checked here as well
+            // so that they are usage errors (exit 2), reported before the port is bound or
+            // the data directory created.
             if !peers.contains_key(&id) {
                 eprintln!("locksmith serve: --node-id {id} is not among --peers");
                 return ExitCode::from(exit::USAGE);
@@ -383,24 +395,6 @@ fn raise_open_file_limit() -> Option<u64> {
         Err(e) => {
             tracing::warn!(open_file_limit = soft, hard, error = %e, "cannot raise the open-file limit");
             Some(soft)
-        }
-    }
-}
-
-/// Installs the SIGTERM/SIGINT handlers now and resolves when one arrives. Installed before the
-/// listener is bound, so a signal sent as soon as the port answers stops the server cleanly
-/// instead of killing it with the default action.
-fn shutdown_signal() -> impl std::future::Future<Output = ()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let handlers = (signal(SignalKind::terminate()), signal(SignalKind::interrupt()));
-    async move {
-        let (Ok(mut term), Ok(mut int)) = handlers else {
-            // Without handlers the default action (terminate) still applies; never resolve here.
-            return std::future::pending().await;
-        };
-        tokio::select! {
-            _ = term.recv() => tracing::info!("SIGTERM received"),
-            _ = int.recv() => tracing::info!("SIGINT received"),
         }
     }
 }

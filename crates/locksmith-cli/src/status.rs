@@ -7,6 +7,7 @@ use locksmith::LockStatus;
 use serde_json::json;
 
 use crate::exit;
+use crate::table::{or_dash, print_table};
 
 /// Arguments of `locksmith status`.
 #[derive(Debug, Args)]
@@ -61,36 +62,14 @@ pub async fn status(args: StatusArgs) -> ExitCode {
     // The VALUE column (an election's proposal) only when some holder has one.
     let shown = if locks.iter().any(|l| l.holders.iter().any(|h| h.value.is_some())) { 8 } else { 7 };
     let rows: Vec<Vec<String>> = locks.iter().flat_map(table_rows).map(|r| r[..shown].to_vec()).collect();
-    let header: Vec<String> = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT", "VALUE"][..shown]
-        .iter()
-        .map(|h| h.to_string())
-        .collect();
-    let mut widths: Vec<usize> = header.iter().map(String::len).collect();
-    for r in &rows {
-        for (w, cell) in widths.iter_mut().zip(r) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for r in std::iter::once(&header).chain(&rows) {
-        let line: Vec<String> = r
-            .iter()
-            .zip(widths.iter().copied())
-            .enumerate()
-            .map(|(i, (cell, w))| if (4..7).contains(&i) { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
-            .collect();
-        println!("{}", line.join("  ").trim_end());
-    }
+    let header = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT", "VALUE"];
+    print_table(&header[..shown], &rows, |i| (4..7).contains(&i));
     ExitCode::SUCCESS
-}
-
-/// `-` for what the backend cannot tell.
-fn or_dash<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
-    v.map_or_else(|| "-".to_string(), f)
 }
 
 /// One row per holder (readers and permit holders each get theirs), or one for a free lock.
 fn table_rows(l: &LockStatus) -> Vec<[String; 8]> {
-    let waiters = or_dash(l.waiters, |w| w.to_string());
+    let waiters = or_dash(l.waiters);
     if l.holders.is_empty() {
         let state = match l.lock_delay_left {
             Some(d) => format!("delayed {}", locksmith::format_duration(d)),
@@ -104,9 +83,9 @@ fn table_rows(l: &LockStatus) -> Vec<[String; 8]> {
     l.holders
         .iter()
         .map(|h| {
-            let state = match (h.mode, l.permits) {
-                (locksmith::HoldMode::Shared, _) => format!("read ({count})"),
-                (locksmith::HoldMode::Permit(n), _) => format!("permit {count}/{n}"),
+            let state = match h.mode {
+                locksmith::HoldMode::Shared => format!("read ({count})"),
+                locksmith::HoldMode::Permit(n) => format!("permit {count}/{n}"),
                 _ => "held".into(),
             };
             [
@@ -116,7 +95,7 @@ fn table_rows(l: &LockStatus) -> Vec<[String; 8]> {
                 h.session.clone(),
                 h.token.to_string(),
                 waiters.clone(),
-                or_dash(h.ttl_left, locksmith::format_duration),
+                or_dash(h.ttl_left.map(locksmith::format_duration)),
                 h.value.clone().unwrap_or_else(|| "-".into()),
             ]
         })

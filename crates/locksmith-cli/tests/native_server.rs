@@ -158,6 +158,12 @@ fn bad_arguments_exit_2_with_a_clear_message() {
         (vec!["run", "x", "--backend", &url, "echo", "hi"], "put `--` before the command"),
         (vec!["status", "--backend", "nonsense"], "expected scheme"),
         (vec!["serve", "--listen", "127.0.0.1:99999"], "\"99999\" is not a port number"),
+        (vec!["serve", "--node-id", "1", "--peers", "1=127.0.0.1:0"], "\"127.0.0.1:0\" is not HOST:PORT"),
+        (vec!["serve", "--node-id", "1", "--peers", "1=:7531"], "\":7531\" is not HOST:PORT"),
+        (
+            vec!["serve", "--node-id", "1", "--peers", "1=127.0.0.1:7531", "--routes", "1=a b:1"],
+            "\"a b:1\" is not HOST:PORT",
+        ),
     ] {
         let o = locksmith(&args);
         assert_eq!(o.status.code(), Some(2), "{args:?}: {}", stderr(&o));

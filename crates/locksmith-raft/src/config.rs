@@ -51,7 +51,8 @@ pub struct NodeConfig {
     /// Addresses this node dials some peers at instead of the addresses in the cluster's
     /// membership: the membership holds one address per node for everyone, while this node may
     /// have to take another path to it (a proxy, a tunnel, another network). Also how the
-    /// partition tests put a fault proxy between each pair of nodes.
+    /// partition tests put a fault proxy between each pair of nodes. With initial peers given to
+    /// [`RaftNode::start`](crate::RaftNode::start), it may only name nodes among them.
     pub routes: BTreeMap<NodeId, String>,
 }
 

@@ -33,6 +33,12 @@ pub struct Leadership {
 
 impl Leadership {
     pub(crate) fn from_metrics(id: NodeId, m: &RaftMetrics<NodeId, Node>) -> Self {
+        Self { leader_addr: crate::membership::leader_addr(m).map(str::to_string), ..Self::without_addr(id, m) }
+    }
+
+    /// [`from_metrics`](Self::from_metrics) but for the leader's address (left `None`), which
+    /// alone costs an allocation: for comparing on every metrics update.
+    pub(crate) fn without_addr(id: NodeId, m: &RaftMetrics<NodeId, Node>) -> Self {
         let is_leader = m.state == ServerState::Leader;
         // A leader's first entry is a blank one of its own term: once an entry of this term by
         // this node is applied, everything before it is too.
@@ -42,7 +48,7 @@ impl Leadership {
         Self {
             term: m.current_term,
             leader,
-            leader_addr: leader.and_then(|l| m.membership_config.membership().get_node(&l)).map(|n| n.addr.clone()),
+            leader_addr: None,
             is_leader,
             ready,
             stopped: m.running_state.is_err() || m.state == ServerState::Shutdown,

@@ -9,7 +9,6 @@ use crate::types::NodeId;
 
 /// What a member does, as the node that reports it sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Role {
     /// The leader of the current term.
     Leader,
@@ -17,17 +16,6 @@ pub enum Role {
     Follower,
     /// A member that receives the log but does not vote (being added, or kept as a learner).
     Learner,
-}
-
-impl Role {
-    /// `leader`, `follower` or `learner`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Leader => "leader",
-            Self::Follower => "follower",
-            Self::Learner => "learner",
-        }
-    }
 }
 
 /// One member of the cluster.
@@ -54,7 +42,7 @@ pub struct Member {
 /// # async fn show(node: &locksmith_raft::RaftNode<impl locksmith_raft::Replicated>) {
 /// let view = node.cluster();
 /// for m in &view.members {
-///     println!("{} {} {} voter={} matched={:?}", m.id, m.addr, m.role.as_str(), m.voter, m.matched);
+///     println!("{} {} {:?} voter={} matched={:?}", m.id, m.addr, m.role, m.voter, m.matched);
 /// }
 /// println!("term {}, leader {:?}", view.term, view.leader);
 /// # }
@@ -86,14 +74,25 @@ pub(crate) fn current_leader(m: &RaftMetrics<NodeId, Node>) -> Option<NodeId> {
     m.current_leader.filter(|l| *l != m.id || m.state == ServerState::Leader)
 }
 
+/// The `host:port` of the leader [`current_leader`] names, when it is a member: what
+/// [`ClusterView::leader_addr`] answers, without building the view.
+pub(crate) fn leader_addr(m: &RaftMetrics<NodeId, Node>) -> Option<&str> {
+    current_leader(m).and_then(|l| m.membership_config.membership().get_node(&l)).map(|n| n.addr.as_str())
+}
+
+/// The last log index the leader knows node `id` stored (leader only).
+pub(crate) fn matched(m: &RaftMetrics<NodeId, Node>, id: NodeId) -> Option<u64> {
+    m.replication.as_ref()?.get(&id)?.as_ref().map(|l| l.index)
+}
+
 impl ClusterView {
     pub(crate) fn from_metrics(m: &RaftMetrics<NodeId, Node>) -> Self {
         let leader = current_leader(m);
         let membership = m.membership_config.membership();
         let configs = membership.get_joint_config();
         let is_leader = m.state == ServerState::Leader;
-        let matched = |id: &NodeId| {
-            m.replication.as_ref().and_then(|r| r.get(id)).and_then(|l| l.as_ref()).map(|l| l.index).or_else(|| {
+        let progress = |id: &NodeId| {
+            matched(m, *id).or_else(|| {
                 // The leader's own log is all there.
                 (is_leader && *id == m.id).then_some(m.last_log_index).flatten()
             })
@@ -112,7 +111,7 @@ impl ClusterView {
                     addr: node.addr.clone(),
                     role,
                     voter,
-                    matched: if is_leader { matched(id) } else { None },
+                    matched: if is_leader { progress(id) } else { None },
                 }
             })
             .collect();

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use openraft::error::CheckIsLeaderError;
 use openraft::error::ForwardToLeader;
 use openraft::error::InitializeError;
 use openraft::error::RaftError;
@@ -16,6 +15,7 @@ use openraft::BasicNode;
 use openraft::ChangeMembers;
 use openraft::RaftMetrics;
 use openraft::ServerState;
+use openraft::TryAsRef;
 use tokio::sync::watch;
 
 use crate::config::NodeConfig;
@@ -24,6 +24,7 @@ use crate::error::LeaderHint;
 use crate::error::MembershipError;
 use crate::error::StartError;
 use crate::leadership::Leadership;
+use crate::membership::matched;
 use crate::membership::Added;
 use crate::membership::ClusterView;
 use crate::membership::Removed;
@@ -89,7 +90,8 @@ impl<M: Replicated> RaftNode<M> {
     /// The node serves no peer until the application serves [`service`](Self::service).
     ///
     /// # Errors
-    /// [`StartError::Config`] for inconsistent settings or `peers` without this node;
+    /// [`StartError::Config`] for inconsistent settings, `peers` without this node, or
+    /// [`routes`](NodeConfig::routes) naming a node that is not among non-empty `peers`;
     /// [`StartError::Store`] when the directory is in use or damaged; [`StartError::Raft`] when
     /// openraft fails to start.
     ///
@@ -104,6 +106,13 @@ impl<M: Replicated> RaftNode<M> {
     ) -> Result<Self, StartError> {
         if !peers.is_empty() && !peers.contains_key(&id) {
             return Err(StartError::Config(format!("the initial peers do not include this node ({id})")));
+        }
+        // A route to a node the cluster does not have is a typo in the routes (or the peers):
+        // that node's traffic would silently take the membership's address instead.
+        if let Some(unknown) = config.routes.keys().find(|r| !peers.is_empty() && !peers.contains_key(r)) {
+            return Err(StartError::Config(format!(
+                "the routes name node {unknown}, which is not among the initial peers"
+            )));
         }
         let openraft_config = Arc::new(config.to_openraft()?);
         let dir = dir.into();
@@ -178,14 +187,7 @@ impl<M: Replicated> RaftNode<M> {
         if command.len() > MAX_COMMAND {
             return Err(ClientWriteError::TooLarge { len: command.len(), max: MAX_COMMAND });
         }
-        match self.raft.client_write(Command(command)).await {
-            Ok(resp) => Ok(resp.log_id.index),
-            Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f))) => {
-                Err(ClientWriteError::ForwardToLeader(hint(f)))
-            }
-            Err(RaftError::APIError(e)) => Err(ClientWriteError::Raft(e.to_string())),
-            Err(RaftError::Fatal(e)) => Err(ClientWriteError::Stopped(e.to_string())),
-        }
+        self.raft.client_write(Command(command)).await.map(|resp| resp.log_id.index).map_err(write_error)
     }
 
     /// Confirms with a quorum that this node is still the leader and waits until its state
@@ -199,14 +201,7 @@ impl<M: Replicated> RaftNode<M> {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     pub async fn barrier(&self) -> Result<Option<u64>, ClientWriteError> {
-        match self.raft.ensure_linearizable().await {
-            Ok(log_id) => Ok(log_id.map(|l| l.index)),
-            Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f))) => {
-                Err(ClientWriteError::ForwardToLeader(hint(f)))
-            }
-            Err(RaftError::APIError(e)) => Err(ClientWriteError::Raft(e.to_string())),
-            Err(RaftError::Fatal(e)) => Err(ClientWriteError::Stopped(e.to_string())),
-        }
+        self.raft.ensure_linearizable().await.map(|log_id| log_id.map(|l| l.index)).map_err(write_error)
     }
 
     /// Adds node `id`, reachable at `addr`, as a learner: it receives the log (or a snapshot)
@@ -444,8 +439,37 @@ async fn initialize(raft: &Raft, members: BTreeMap<NodeId, Node>) -> Result<(), 
     }
 }
 
-fn hint(f: ForwardToLeader<NodeId, Node>) -> LeaderHint {
-    LeaderHint { id: f.leader_id, addr: f.leader_node.map(|n| n.addr) }
+fn hint(f: &ForwardToLeader<NodeId, Node>) -> LeaderHint {
+    LeaderHint { id: f.leader_id, addr: f.leader_node.as_ref().map(|n| n.addr.clone()) }
+}
+
+/// Maps an openraft error the way every call here reports it: where the leader is
+/// (`forward`), the call's own refusal (`refused`), or openraft stopped (`stopped`).
+fn raft_error<E, T>(
+    e: RaftError<NodeId, E>,
+    forward: impl FnOnce(LeaderHint) -> T,
+    refused: impl FnOnce(String) -> T,
+    stopped: impl FnOnce(String) -> T,
+) -> T
+where
+    E: TryAsRef<ForwardToLeader<NodeId, Node>> + fmt::Display,
+{
+    match e {
+        RaftError::APIError(e) => match e.try_as_ref() {
+            Some(f) => forward(hint(f)),
+            None => refused(e.to_string()),
+        },
+        RaftError::Fatal(e) => stopped(e.to_string()),
+    }
+}
+
+/// An openraft error of a write or a barrier, as [`RaftNode::client_write`] and
+/// [`RaftNode::barrier`] report it.
+fn write_error<E>(e: RaftError<NodeId, E>) -> ClientWriteError
+where
+    E: TryAsRef<ForwardToLeader<NodeId, Node>> + fmt::Display,
+{
+    raft_error(e, ClientWriteError::ForwardToLeader, ClientWriteError::Raft, ClientWriteError::Stopped)
 }
 
 /// Where the leader is, as `view` knows.
@@ -453,22 +477,10 @@ fn view_hint(view: &ClusterView) -> LeaderHint {
     LeaderHint { id: view.leader, addr: view.leader_addr().map(str::to_string) }
 }
 
-/// The last log index the leader knows node `id` stored (leader only).
-fn matched(m: &RaftMetrics<NodeId, Node>, id: NodeId) -> Option<u64> {
-    m.replication.as_ref()?.get(&id)?.as_ref().map(|l| l.index)
-}
-
 fn membership_result<T>(
     r: Result<T, RaftError<NodeId, openraft::error::ClientWriteError<NodeId, Node>>>,
 ) -> Result<T, MembershipError> {
-    match r {
-        Ok(t) => Ok(t),
-        Err(RaftError::APIError(openraft::error::ClientWriteError::ForwardToLeader(f))) => {
-            Err(MembershipError::ForwardToLeader(hint(f)))
-        }
-        Err(RaftError::APIError(e)) => Err(MembershipError::Rejected(e.to_string())),
-        Err(RaftError::Fatal(e)) => Err(MembershipError::Stopped(e.to_string())),
-    }
+    r.map_err(|e| raft_error(e, MembershipError::ForwardToLeader, MembershipError::Rejected, MembershipError::Stopped))
 }
 
 /// Follows openraft's metrics and publishes [`Leadership`] when it changes.
@@ -480,13 +492,29 @@ fn watch_leadership(
     let task = tokio::spawn(async move {
         loop {
             let closed = metrics.changed().await.is_err();
-            let mut now = Leadership::from_metrics(id, &metrics.borrow_and_update());
+            // Most updates (an applied entry, a heartbeat) change nothing here: the leader's
+            // address is compared borrowed, and copied only when it changed. openraft's metrics
+            // are released before publishing, so no lock is held while taking the other.
+            let (mut now, new_addr) = {
+                let m = metrics.borrow_and_update();
+                let addr = crate::membership::leader_addr(&m);
+                // Only this task publishes: what it reads here is still there below.
+                let new_addr = (tx.borrow().leader_addr.as_deref() != addr).then(|| addr.map(str::to_string));
+                (Leadership::without_addr(id, &m), new_addr)
+            };
             if closed {
                 now = Leadership { is_leader: false, ready: false, stopped: true, ..now };
             }
             tx.send_if_modified(|l| {
-                let changed = *l != now;
-                *l = now;
+                let (leader_addr, changed) = match new_addr {
+                    Some(addr) => (addr, true),
+                    None => {
+                        // Both without an address now: the other fields decide.
+                        let kept = l.leader_addr.take();
+                        (kept, *l != now)
+                    }
+                };
+                *l = Leadership { leader_addr, ..now };
                 changed
             });
             if closed {

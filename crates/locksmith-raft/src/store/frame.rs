@@ -57,6 +57,30 @@ pub(crate) struct Scan {
     pub(crate) torn: bool,
 }
 
+/// The payload length and checksum in the frame header at the start of `bytes`, if all of the
+/// header is there.
+fn header(bytes: &[u8]) -> Option<(usize, u32)> {
+    let h = bytes.get(..FRAME_HEADER)?;
+    let len = u32::from_le_bytes([h[0], h[1], h[2], h[3]]) as usize;
+    let crc = u32::from_le_bytes([h[4], h[5], h[6], h[7]]);
+    Some((len, crc))
+}
+
+/// The payload of the frame at the start of `bytes`, if that frame is complete and its checksum
+/// matches. Bytes after the frame are not looked at.
+///
+/// For reading back a frame whose place is already known; finding frames (and telling a torn
+/// tail from damage) is [`scan`]'s job.
+pub(crate) fn decode_one(bytes: &[u8]) -> Option<&[u8]> {
+    let (len, crc) = header(bytes)?;
+    if len == 0 && crc == 0 {
+        // Preallocated zeros, not a frame (even though an empty payload's CRC is 0 as well).
+        return None;
+    }
+    let payload = bytes.get(FRAME_HEADER..)?.get(..len)?;
+    (crc32fast::hash(payload) == crc).then_some(payload)
+}
+
 /// Reads the frames of `bytes` from offset `from` on. Frames longer than `max_frame` are damage.
 ///
 /// # Errors
@@ -67,12 +91,10 @@ pub(crate) fn scan(bytes: &[u8], from: usize, max_frame: usize) -> Result<Scan, 
     let mut at = from;
     while at < bytes.len() {
         let rest = &bytes[at..];
-        if rest.len() < FRAME_HEADER {
+        let Some((len, crc)) = header(rest) else {
             // A header cut short: torn if anything but zeros is there.
             return Ok(Scan { frames, valid: at, torn: !zeros_from(at) });
-        }
-        let len = u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
-        let crc = u32::from_le_bytes([rest[4], rest[5], rest[6], rest[7]]);
+        };
         if len == 0 && crc == 0 {
             // Preallocated space: the log ends here, and only zeros may follow.
             if zeros_from(at) {
@@ -88,8 +110,8 @@ pub(crate) fn scan(bytes: &[u8], from: usize, max_frame: usize) -> Result<Scan, 
             return Err(format!("frame at offset {at} claims {len} bytes"));
         }
         let end = at + FRAME_HEADER + len;
-        let intact = end <= bytes.len() && crc32fast::hash(&rest[FRAME_HEADER..end - at]) == crc;
-        if !intact {
+        if decode_one(rest).is_none() {
+            // Cut short or failing its checksum.
             if zeros_from(end) {
                 return Ok(Scan { frames, valid: at, torn: true });
             }
@@ -160,6 +182,21 @@ mod tests {
         let mut bytes = log(&SAMPLE);
         bytes[..FRAME_HEADER + 3].fill(0);
         assert!(payloads(&bytes).is_err(), "a zeroed frame before data is not the end of the log");
+    }
+
+    #[test]
+    fn decode_one_reads_one_intact_frame_only() {
+        let bytes = log(&SAMPLE);
+        assert_eq!(decode_one(&bytes), Some(SAMPLE[0]), "bytes after the frame are ignored");
+        let first = log(&SAMPLE[..1]);
+        assert_eq!(decode_one(&first), Some(SAMPLE[0]));
+        for cut in 0..first.len() {
+            assert_eq!(decode_one(&first[..cut]), None, "cut to {cut}");
+        }
+        let mut damaged = first.clone();
+        damaged[FRAME_HEADER] ^= 0xff;
+        assert_eq!(decode_one(&damaged), None);
+        assert_eq!(decode_one(&[0u8; 64]), None, "preallocated zeros are not a frame");
     }
 
     #[test]

@@ -345,8 +345,7 @@ fn encode_record(record: &RecordRef<'_>, buf: &mut Vec<u8>) -> io::Result<()> {
 }
 
 fn decode_entry(frame: &[u8]) -> Option<Entry> {
-    let found = frame::scan(frame, 0, MAX_FRAME).ok()?.frames.first().copied()?;
-    match postcard::from_bytes(found.payload(frame)).ok()? {
+    match postcard::from_bytes(frame::decode_one(frame)?).ok()? {
         Record::Entry(e) => Some(e),
         _ => None,
     }

@@ -114,6 +114,17 @@ async fn initial_peers_without_this_node_are_refused() {
     assert!(matches!(r, Err(StartError::Config(_))), "{r:?}");
 }
 
+/// Routes may only name nodes among the initial peers: another id is a typo, refused.
+#[tokio::test]
+async fn routes_to_a_node_outside_the_initial_peers_are_refused() {
+    let dirs = tempfile::tempdir().unwrap();
+    let peers = BTreeMap::from([(1, "127.0.0.1:1".to_string()), (2, "127.0.0.1:2".to_string())]);
+    let mut c = config();
+    c.routes = BTreeMap::from([(3, "127.0.0.1:3".to_string())]);
+    let r = RaftNode::start(1, dirs.path(), peers, c, Recorder::default()).await;
+    assert!(matches!(&r, Err(StartError::Config(m)) if m.contains("node 3")), "{r:?}");
+}
+
 /// Three nodes reach each other over TLS (rustls on ring) and replicate.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_replicates_over_tls() {

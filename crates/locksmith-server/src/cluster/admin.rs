@@ -19,7 +19,7 @@ use locksmith_proto::{
 use locksmith_raft::{Added, ClusterView, MembershipError, RaftNode, Removed, Role};
 use tonic::{Request, Response, Status};
 
-use super::ReplicaMachine;
+use super::{check_addr, ReplicaMachine};
 use crate::auth::{Auth, Principal};
 use crate::grpc::{authenticate, not_serving, MAX_MESSAGE_SIZE};
 
@@ -129,19 +129,6 @@ fn limit(timeout_ms: u64) -> Duration {
     }
 }
 
-/// `HOST:PORT` with a port number, as the peers will dial it.
-fn check_addr(addr: &str) -> Result<(), String> {
-    let bad = || format!("{addr:?} is not HOST:PORT (the address the new node listens on, e.g. 10.0.0.4:7531)");
-    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
-    let host_ok = !host.is_empty()
-        && host.len() <= 253
-        && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']'));
-    match port.parse::<u16>() {
-        Ok(p) if p != 0 && host_ok => Ok(()),
-        _ => Err(bad()),
-    }
-}
-
 /// What a failed membership change tells the client.
 fn membership_status(e: MembershipError) -> Status {
     match e {
@@ -166,7 +153,6 @@ fn to_pb(view: &ClusterView) -> ClusterStatus {
                 Role::Leader => PbRole::Leader,
                 Role::Follower => PbRole::Follower,
                 Role::Learner => PbRole::Learner,
-                _ => PbRole::Unspecified,
             } as i32,
             voter: m.voter,
             matched_index: m.matched,
@@ -187,17 +173,6 @@ fn to_pb(view: &ClusterView) -> ClusterStatus {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Addresses are `HOST:PORT` with a real port; anything else is named as such.
-    #[test]
-    fn node_addresses_need_a_host_and_a_port() {
-        for ok in ["127.0.0.1:7531", "locks-2.internal:7000", "[::1]:7531"] {
-            assert_eq!(check_addr(ok), Ok(()), "{ok}");
-        }
-        for bad in ["", "7531", "host:", ":7531", "host:0", "host:99999", "a b:1", "h1:1,h2:2"] {
-            assert!(check_addr(bad).is_err(), "{bad}");
-        }
-    }
 
     /// A request without a timeout gets the default; none may exceed the cap.
     #[test]

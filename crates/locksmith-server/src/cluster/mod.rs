@@ -53,6 +53,27 @@ pub struct ClusterOptions {
     pub routes: BTreeMap<u64, String>,
 }
 
+/// Checks a node's address as the peers will dial it: `HOST:PORT`, the host a name or an IP
+/// address (IPv6 in brackets), the port 1 to 65535. The one rule for `--peers`, `--routes`,
+/// `locksmith cluster add` and the server's `AddNode`, so that an address one of them accepts
+/// is never refused by another.
+///
+/// # Errors
+/// What is wrong, naming `addr`.
+pub fn check_addr(addr: &str) -> Result<(), String> {
+    let bad = || {
+        format!("{addr:?} is not HOST:PORT (a host name or IP address and a port from 1 to 65535, e.g. 10.0.0.4:7531)")
+    };
+    let (host, port) = addr.rsplit_once(':').ok_or_else(bad)?;
+    let host_ok = !host.is_empty()
+        && host.len() <= 253
+        && host.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_' | ':' | '[' | ']'));
+    match port.parse::<u16>() {
+        Ok(p) if p != 0 && host_ok => Ok(()),
+        _ => Err(bad()),
+    }
+}
+
 impl ClusterOptions {
     /// Node `node_id` of the cluster `peers`: with a data directory that holds no cluster yet,
     /// it forms one with them (see [`RaftNode::start`](locksmith_raft::RaftNode::start)).
@@ -71,5 +92,21 @@ impl ClusterOptions {
     /// as the member its directory says it is.
     pub fn join(node_id: u64) -> Self {
         Self { node_id, peers: BTreeMap::new(), routes: BTreeMap::new() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Addresses are `HOST:PORT` with a real port; anything else is named as such.
+    #[test]
+    fn node_addresses_need_a_host_and_a_port() {
+        for ok in ["127.0.0.1:7531", "locks-2.internal:7000", "[::1]:7531"] {
+            assert_eq!(check_addr(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "7531", "host:", ":7531", "host:0", "host:99999", "a b:1", "h1:1,h2:2"] {
+            assert!(check_addr(bad).is_err(), "{bad}");
+        }
     }
 }

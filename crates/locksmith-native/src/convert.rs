@@ -5,12 +5,11 @@ use std::time::Duration;
 use locksmith_core::{HoldMode, HolderStatus, LockStatus};
 use locksmith_proto::LockInfo;
 
+/// The kind of a holder in a server's status: lenient where the server would refuse the pair
+/// (both set reads as shared, any number as permits), so a status from an odd or newer server
+/// is still shown rather than failed.
 fn mode(shared: bool, permits: u32) -> HoldMode {
-    match (shared, permits) {
-        (true, _) => HoldMode::Shared,
-        (false, 0) => HoldMode::Exclusive,
-        (false, n) => HoldMode::Permit(n),
-    }
+    HoldMode::from_wire(shared, permits).unwrap_or(if shared { HoldMode::Shared } else { HoldMode::Permit(permits) })
 }
 
 pub(crate) fn from_wire(l: LockInfo) -> LockStatus {

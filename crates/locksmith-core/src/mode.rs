@@ -32,11 +32,6 @@ pub enum HoldMode {
 }
 
 impl HoldMode {
-    /// Short name for messages and status: `exclusive`, `shared`, `permit of N`.
-    pub fn describe(&self) -> String {
-        self.to_string()
-    }
-
     /// The kind of hold as the native protocol carries it, `(shared, permits)`: both unset for
     /// the exclusive hold.
     ///

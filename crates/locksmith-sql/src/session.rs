@@ -75,12 +75,12 @@ impl SqlSession {
 
 /// What the lease mode refuses before it touches the database: a kind of hold it does not know
 /// (the engine asks [`SqlBackend::supports`](crate::SqlBackend) first; this is the backstop).
-fn check_mode(mode: HoldMode) -> Result<()> {
+fn check_mode(describe: &str, mode: HoldMode) -> Result<()> {
     match mode {
         HoldMode::Exclusive | HoldMode::Shared => Ok(()),
         HoldMode::Permit(n) if n > 0 => Ok(()),
         HoldMode::Permit(_) => Err(Error::InvalidArgument("a semaphore has at least 1 permit".into())),
-        other => Err(Error::Unsupported(format!("the sql backends offer no {other} holds"))),
+        other => Err(locksmith_core::driver::unsupported(describe, other)),
     }
 }
 
@@ -149,7 +149,7 @@ impl Session for SqlSession {
     /// (owner-checked), so is a waiting writer's announcement, and nothing else is left behind.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         admit(&self.closed, &req)?;
-        check_mode(req.mode)?;
+        check_mode(self.db.describe(), req.mode)?;
         let table = Table::of(req.mode);
         // A hold the engine dropped without releasing (it considered it dead) is freed first.
         if let Some(stale) = self.holds.take(&req.name, &req.owner) {

@@ -127,13 +127,15 @@ impl Session for SqlSession {
             self.db.ping().await?;
             return Ok(KeepAlive::default());
         }
+        // Each hold's name and owner are copied once, for the statement, and then moved into
+        // the key its verdict is looked up by.
         let batch: Vec<_> = snapshot
             .iter()
             .map(|h| (h.value.0, (h.name.to_string(), h.value.1.clone(), i64::try_from(h.token).unwrap_or(i64::MAX))))
             .collect();
         let renewed = self.db.renew_all(&batch, self.ttl_ms).await?;
-        let verdicts = snapshot.into_iter().map(|h| {
-            let ours = renewed.contains(&(h.name.to_string(), h.value.1.clone()));
+        let verdicts = snapshot.into_iter().zip(batch).map(|(h, (_, (name, owner, _)))| {
+            let ours = renewed.contains(&(name, owner));
             (h, ours)
         });
         Ok(self.holds.report(verdicts, "hold found gone or taken on renewal"))

@@ -33,17 +33,39 @@ pub(crate) struct SqlSession {
 
 type RowRef = (Arc<Db>, Table, String, String);
 
+/// Armed while a row of ours may be left behind: deletes `owner`'s row of `name` in `table`
+/// (owner-checked, so it can never hit someone else's) if the guard is dropped armed. `what`
+/// names the row in the cancel guard, and a failed delete is logged at `level` with `failed`:
+/// nothing is lost by it, since the row's lease ends it anyway.
+fn delete_row_on_drop(
+    what: &'static str,
+    failed: &'static str,
+    level: tracing::Level,
+    row: RowRef,
+) -> CancelGuard<RowRef> {
+    CancelGuard::new(what, row, move |(db, table, name, owner)| {
+        Some(async move {
+            if let Err(e) = db.delete_owner(table, &name, &owner).await {
+                if level == tracing::Level::WARN {
+                    tracing::warn!(%name, error = %e, "{failed}");
+                } else {
+                    tracing::debug!(%name, error = %e, "{failed}");
+                }
+            }
+        })
+    })
+}
+
 /// Armed while one attempt's outcome is unknown (a dropped future, an error while the
 /// transaction may have committed): deletes the attempt's row. The owner column is unique per
 /// attempt, so the delete can never hit a later hold.
 fn delete_on_drop(db: Arc<Db>, table: Table, name: String, owner: String) -> CancelGuard<RowRef> {
-    CancelGuard::new("sql attempt", (db, table, name, owner), |(db, table, name, owner)| {
-        Some(async move {
-            if let Err(e) = db.delete_owner(table, &name, &owner).await {
-                tracing::warn!(%name, error = %e, "cleanup of an unfinished acquisition failed; the lease expires it");
-            }
-        })
-    })
+    delete_row_on_drop(
+        "sql attempt",
+        "cleanup of an unfinished acquisition failed; the lease expires it",
+        tracing::Level::WARN,
+        (db, table, name, owner),
+    )
 }
 
 /// Armed from a waiting writer's first announcement until its acquisition ends: a writer that
@@ -51,13 +73,12 @@ fn delete_on_drop(db: Arc<Db>, table: Table, name: String, owner: String) -> Can
 /// need not wait for its lease (PostgreSQL also wakes them). A grant deletes it in the granting
 /// transaction and disarms this.
 fn withdraw_on_drop(db: Arc<Db>, name: String, owner: String) -> CancelGuard<RowRef> {
-    CancelGuard::new("sql writer announcement", (db, Table::Holds, name, owner), |(db, table, name, owner)| {
-        Some(async move {
-            if let Err(e) = db.delete_owner(table, &name, &owner).await {
-                tracing::debug!(%name, error = %e, "withdrawing a writer's announcement failed; its lease ends it");
-            }
-        })
-    })
+    delete_row_on_drop(
+        "sql writer announcement",
+        "withdrawing a writer's announcement failed; its lease ends it",
+        tracing::Level::DEBUG,
+        (db, Table::Holds, name, owner),
+    )
 }
 
 impl SqlSession {

@@ -13,13 +13,18 @@ use crate::backend::{AcquireRequest, Acquired, Backend, LockStatus, LostHold};
 use crate::driver::CancelGuard;
 use crate::guard::Guard;
 use crate::keeper::{LostHolds, SessionCtx};
-use crate::{validate_ttl, Error, LockName, LockOptions, Result, DEFAULT_TTL};
+use crate::{validate_ttl, Error, HoldMode, LockName, LockOptions, Result, DEFAULT_TTL};
 
 /// A live hold as the engine tracks it: shared by reentrant guards of one owner.
 #[derive(Debug)]
 pub(crate) struct Hold {
     pub(crate) token: u64,
     pub(crate) count: usize,
+    /// What the backend granted: a re-entry may share the hold only when it asks for the same,
+    /// or its guard would claim (say) a write lock while only a read lock is held.
+    pub(crate) mode: HoldMode,
+    /// The value (an election's proposal) the backend holds, compared on re-entry like `mode`.
+    pub(crate) value: Option<String>,
     pub(crate) lost: Arc<watch::Sender<bool>>,
     pub(crate) ctx: Arc<SessionCtx>,
 }
@@ -358,6 +363,19 @@ impl Client {
         let mut hold = slot.hold.lock().await;
         if let Some(h) = hold.as_mut() {
             if reentrant && h.ctx.is_alive() && !*h.lost.borrow() {
+                if h.mode != req.mode {
+                    return Err(Error::InvalidArgument(format!(
+                        "owner {owner:?} holds {name} as {} and cannot re-enter it as {}: release it first, \
+                         or acquire with another owner id",
+                        h.mode, req.mode
+                    )));
+                }
+                if h.value != req.value {
+                    return Err(Error::InvalidArgument(format!(
+                        "owner {owner:?} holds {name} with another value than the one asked for: a re-entry \
+                         cannot change it; release it first, or acquire with another owner id"
+                    )));
+                }
                 h.count += 1;
                 return Ok(Some(Guard::new(
                     self.clone(),
@@ -415,7 +433,7 @@ impl Client {
             return Err(Error::SessionExpired);
         }
         let lost = Arc::new(watch::channel(false).0);
-        *hold = Some(Hold { token, count: 1, lost: lost.clone(), ctx: ctx.clone() });
+        *hold = Some(Hold { token, count: 1, mode: req.mode, value: req.value, lost: lost.clone(), ctx: ctx.clone() });
         crate::metrics::grant(self.inner.backend.scheme());
         Ok(Some(Guard::new(self.clone(), name, owner, token, lost, ctx, slot.clone())))
     }

@@ -34,7 +34,7 @@ pub use driver::Backoff;
 pub use election::{Leader, Observer};
 pub use error::{error_chain, message_with_causes, Error, Result};
 pub use guard::Guard;
-pub use mode::{HoldMode, MAX_PERMITS, MAX_VALUE_LEN};
+pub use mode::{HoldMode, WireModeError, MAX_PERMITS, MAX_VALUE_LEN};
 pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};
 pub use options::{

@@ -32,10 +32,59 @@ pub enum HoldMode {
 }
 
 impl HoldMode {
-    /// Short name for messages and status: `exclusive`, `shared`, `permit of N`.
-    pub fn describe(&self) -> String {
-        self.to_string()
+    /// The kind of hold as the native protocol carries it, `(shared, permits)`: both unset for
+    /// the exclusive hold.
+    ///
+    /// ```
+    /// use locksmith_core::HoldMode;
+    /// assert_eq!(HoldMode::Exclusive.to_wire(), (false, 0));
+    /// assert_eq!(HoldMode::Shared.to_wire(), (true, 0));
+    /// assert_eq!(HoldMode::Permit(3).to_wire(), (false, 3));
+    /// ```
+    pub fn to_wire(self) -> (bool, u32) {
+        match self {
+            HoldMode::Exclusive => (false, 0),
+            HoldMode::Shared => (true, 0),
+            HoldMode::Permit(n) => (false, n),
+        }
     }
+
+    /// The kind of hold a `(shared, permits)` pair of the native protocol says, or why it says
+    /// none. Strict: a server refuses what this refuses; a client reading a status may choose to
+    /// be lenient with the error.
+    ///
+    /// ```
+    /// use locksmith_core::{HoldMode, WireModeError, MAX_PERMITS};
+    /// assert_eq!(HoldMode::from_wire(false, 0), Ok(HoldMode::Exclusive));
+    /// assert_eq!(HoldMode::from_wire(true, 0), Ok(HoldMode::Shared));
+    /// assert_eq!(HoldMode::from_wire(false, 3), Ok(HoldMode::Permit(3)));
+    /// assert_eq!(HoldMode::from_wire(true, 3), Err(WireModeError::SharedPermit));
+    /// assert_eq!(HoldMode::from_wire(false, MAX_PERMITS + 1), Err(WireModeError::TooManyPermits(MAX_PERMITS + 1)));
+    /// ```
+    ///
+    /// # Errors
+    /// [`WireModeError`] when both are set, or for more than [`MAX_PERMITS`] permits.
+    pub fn from_wire(shared: bool, permits: u32) -> Result<HoldMode, WireModeError> {
+        match (shared, permits) {
+            (false, 0) => Ok(HoldMode::Exclusive),
+            (true, 0) => Ok(HoldMode::Shared),
+            (false, n) if n <= MAX_PERMITS => Ok(HoldMode::Permit(n)),
+            (false, n) => Err(WireModeError::TooManyPermits(n)),
+            (true, _) => Err(WireModeError::SharedPermit),
+        }
+    }
+}
+
+/// Why a `(shared, permits)` pair of the native protocol names no kind of hold
+/// ([`HoldMode::from_wire`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum WireModeError {
+    /// Both a shared hold and a number of permits were asked for.
+    #[error("a hold is either shared or a permit, not both")]
+    SharedPermit,
+    /// More permits than [`MAX_PERMITS`].
+    #[error("a semaphore has at most {MAX_PERMITS} permits, not {0}")]
+    TooManyPermits(u32),
 }
 
 impl fmt::Display for HoldMode {

@@ -129,7 +129,9 @@ impl LockOptions {
 
     /// Acquire as `owner`: a second acquisition of the same lock by the same owner on the same
     /// client succeeds at once and must be released as many times (reentrancy is opt-in and is
-    /// never tied to a thread or task).
+    /// never tied to a thread or task). The re-entry must ask for the same kind of hold and value
+    /// as the hold it shares: another one (a write lock over a held read lock, another number of
+    /// permits, another proposal) is refused with [`Error::InvalidArgument`].
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = Some(owner.into());
         self

@@ -120,7 +120,7 @@ impl EtcdSession {
             HoldMode::Permit(n) => {
                 Err(Error::InvalidArgument(format!("a semaphore has 1..={MAX_PERMITS} permits, not {n}")))
             }
-            other => Err(Error::Unsupported(format!("{} offers no {other} holds", self.shared.url))),
+            other => Err(locksmith_core::driver::unsupported(&self.shared.url, other)),
         }
     }
 

@@ -2,14 +2,28 @@
 
 use std::time::Duration;
 
-use locksmith_core::{HoldMode, HolderStatus, LockStatus};
-use locksmith_proto::LockInfo;
+use locksmith_core::{Error, HoldMode, HolderStatus, LockStatus, Result};
+use locksmith_proto::{server_message, LockInfo, ServerMessage};
 
+/// The kind of a holder in a server's status: lenient where the server would refuse the pair
+/// (both set reads as shared, any number as permits), so a status from an odd or newer server
+/// is still shown rather than failed.
 fn mode(shared: bool, permits: u32) -> HoldMode {
-    match (shared, permits) {
-        (true, _) => HoldMode::Shared,
-        (false, 0) => HoldMode::Exclusive,
-        (false, n) => HoldMode::Permit(n),
+    HoldMode::from_wire(shared, permits).unwrap_or(if shared { HoldMode::Shared } else { HoldMode::Permit(permits) })
+}
+
+/// The kinds of hold the server's own queue serves (exclusive, read locks, semaphores), for
+/// both native backends' `supports`.
+pub(crate) fn served(mode: HoldMode) -> bool {
+    matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+}
+
+/// One message of an observe stream: the lock's status after a change; anything else is a
+/// protocol error (what the caller does next is its own: stop or read on).
+pub(crate) fn observed(m: ServerMessage) -> Result<LockStatus> {
+    match m.body {
+        Some(server_message::Body::Lock(info)) => Ok(from_wire(info)),
+        other => Err(Error::Protocol(format!("unexpected message on an observe stream: {other:?}"))),
     }
 }
 

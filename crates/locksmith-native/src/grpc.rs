@@ -405,7 +405,7 @@ impl Backend for NativeBackend {
 
     /// Read locks and semaphores are served by the server's own queue.
     fn supports(&self, mode: HoldMode) -> bool {
-        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+        crate::convert::served(mode)
     }
 
     fn supports_election(&self) -> bool {
@@ -428,10 +428,7 @@ impl Backend for NativeBackend {
         tokio::spawn(async move {
             loop {
                 let item = match stream.message().await {
-                    Ok(Some(m)) => match m.body {
-                        Some(locksmith_proto::server_message::Body::Lock(info)) => Ok(crate::convert::from_wire(info)),
-                        other => Err(Error::Protocol(format!("unexpected message on an observe stream: {other:?}"))),
-                    },
+                    Ok(Some(m)) => crate::convert::observed(m),
                     Ok(None) => return,
                     Err(s) => Err(Error::Unavailable { backend: url.clone(), message: status_message(&s) }),
                 };

@@ -111,7 +111,7 @@ impl Backend for MemoryBackend {
 
     /// Read locks and semaphores are served by the in-process server's own queue.
     fn supports(&self, mode: HoldMode) -> bool {
-        matches!(mode, HoldMode::Exclusive | HoldMode::Shared | HoldMode::Permit(_))
+        crate::convert::served(mode)
     }
 
     fn supports_election(&self) -> bool {
@@ -124,11 +124,10 @@ impl Backend for MemoryBackend {
         let (tx, rx) = tokio::sync::mpsc::channel(16);
         tokio::spawn(async move {
             while let Some(m) = from_service.recv().await {
-                let item = match m.body {
-                    Some(locksmith_proto::server_message::Body::Lock(info)) => Ok(crate::convert::from_wire(info)),
-                    other => Err(locksmith_core::Error::Protocol(format!("unexpected observe message: {other:?}"))),
-                };
-                if tx.send(item).await.is_err() {
+                // Unlike the gRPC stream (which ends at its first error), this reads on after an
+                // odd message, as it always did: the in-process service is still there to send
+                // the next status.
+                if tx.send(crate::convert::observed(m)).await.is_err() {
                     return;
                 }
             }

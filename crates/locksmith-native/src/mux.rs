@@ -66,7 +66,7 @@ use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
 use locksmith_core::driver::{millis, Backoff, CancelGuard, Jitter};
-use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result, Session};
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use locksmith_proto::client_message::Body as In;
 use locksmith_proto::server_message::Body as Out;
 use locksmith_proto::{error::Code, ClientMessage, ServerMessage};
@@ -525,12 +525,7 @@ impl Session for StreamSession {
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         let lock_delay_ms = req.lock_delay.map(millis).unwrap_or(0);
         let key = (req.name.as_str().to_string(), req.owner.clone());
-        let (shared, permits) = match req.mode {
-            HoldMode::Exclusive => (false, 0),
-            HoldMode::Shared => (true, 0),
-            HoldMode::Permit(n) => (false, n),
-            other => return Err(Error::Unsupported(format!("the native server offers no {other} holds"))),
-        };
+        let (shared, permits) = req.mode.to_wire();
         let body = In::Acquire(locksmith_proto::Acquire {
             name: req.name.as_str().to_string(),
             owner: req.owner,

@@ -40,19 +40,6 @@ local function now_us()
   local t = redis.call('time')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
--- Drops the entries past their deadline; answers the live head's id (nil: no live waiter).
-local function live_head(q, d, now_ms)
-  local stale = redis.call('zrangebyscore', d, '-inf', '(' .. num(now_ms))
-  for _, id in ipairs(stale) do
-    redis.call('zrem', q, id)
-    redis.call('zrem', d, id)
-  end
-  return redis.call('zrange', q, 0, 0)[1]
-end
-local function leave(q, d, id)
-  redis.call('zrem', q, id)
-  redis.call('zrem', d, id)
-end
 -- Drops the entries past their deadline (also from `w`, the writers of a read/write lock).
 local function prune(q, d, w, now_ms)
   local stale = redis.call('zrangebyscore', d, '-inf', '(' .. num(now_ms))
@@ -61,6 +48,11 @@ local function prune(q, d, w, now_ms)
     redis.call('zrem', d, id)
     if w then redis.call('zrem', w, id) end
   end
+end
+-- Drops the entries past their deadline; answers the live head's id (nil: no live waiter).
+local function live_head(q, d, now_ms)
+  prune(q, d, nil, now_ms)
+  return redis.call('zrange', q, 0, 0)[1]
 end
 -- Joins the queue at its tail (scores strictly increasing) or keeps the place already held, and
 -- pushes the entry's deadline out; `w`: also listed there (a writer).
@@ -114,22 +106,14 @@ if me ~= '' or redis.call('exists', KEYS[3]) == 1 then
 end
 if t == 'none' and (head == nil or head == me) then
   local tok = redis.pcall('incr', KEYS[2])
-  if me ~= '' then leave(KEYS[3], KEYS[4], me) end
+  if me ~= '' then dequeue(KEYS[3], KEYS[4], nil, me) end
   if type(tok) == 'table' then return {-2, tok.err} end
   redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
   return {1, tok}
 end
 local rank = -1
 if me ~= '' then
-  if not redis.call('zscore', KEYS[3], me) then
-    local score = now
-    local tail = redis.call('zrange', KEYS[3], -1, -1, 'WITHSCORES')[2]
-    if tail and tonumber(tail) >= score then score = tonumber(tail) + 1 end
-    redis.call('zadd', KEYS[3], num(score), me)
-  end
-  redis.call('zadd', KEYS[4], num(math.floor(now / 1000) + tonumber(ARGV[4])), me)
-  redis.call('pexpire', KEYS[3], ARGV[4])
-  redis.call('pexpire', KEYS[4], ARGV[4])
+  enqueue(KEYS[3], KEYS[4], nil, me, now, tonumber(ARGV[4]))
   rank = redis.call('zrank', KEYS[3], me)
 end
 local pttl = -2
@@ -166,7 +150,7 @@ static PLAIN_LEAVE: LazyLock<Script> = LazyLock::new(|| {
         r"
 if redis.call('exists', KEYS[2]) == 0 then return 0 end
 local head = live_head(KEYS[2], KEYS[3], math.floor(now_us() / 1000))
-leave(KEYS[2], KEYS[3], ARGV[1])
+dequeue(KEYS[2], KEYS[3], nil, ARGV[1])
 if head == ARGV[1] and redis.call('exists', KEYS[1]) == 0 then
   local next = redis.call('zrange', KEYS[2], 0, 0)[1]
   if next then redis.call('publish', ARGV[2] .. next, '0') end

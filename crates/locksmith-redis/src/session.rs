@@ -186,11 +186,9 @@ impl Session for RedisSession {
             return Err(Error::InvalidArgument("the redis backend does not support lock-delay".into()));
         }
         let Some(kind) = self.shared.layout.kind(req.mode) else {
-            return Err(Error::Unsupported(format!(
-                "{} offers no {} holds (read locks need ?mode=rwlock)",
-                self.shared.conn.describe(),
-                req.mode
-            )));
+            // The common refusal, plus how to get read locks from this driver.
+            let refusal = locksmith_core::driver::unsupported(self.shared.conn.describe(), req.mode);
+            return Err(Error::Unsupported(format!("{refusal} (read locks need ?mode=rwlock)")));
         };
         self.shared.layout.check_name(req.name.as_str())?;
         let mut pending = self.begin(&req.name, &req.owner, kind).await?;

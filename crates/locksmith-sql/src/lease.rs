@@ -27,6 +27,14 @@ pub(crate) enum Table {
 }
 
 impl Table {
+    /// The table's name, for statements built at run time ([`on_table!`] for static text).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Table::Locks => crate::schema::LOCKS_TABLE,
+            Table::Holds => crate::schema::HOLDS_TABLE,
+        }
+    }
+
     /// Where a hold of `mode` lives.
     pub(crate) fn of(mode: HoldMode) -> Self {
         match mode {

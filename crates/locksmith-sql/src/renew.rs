@@ -28,7 +28,7 @@ impl Db {
         let pool = self.pool().await?;
         let mut renewed = HashSet::new();
         for table in [Table::Locks, Table::Holds] {
-            let of_table: Vec<Hold> = holds.iter().filter(|(t, _)| *t == table).map(|(_, h)| h.clone()).collect();
+            let of_table: Vec<&Hold> = holds.iter().filter(|(t, _)| *t == table).map(|(_, h)| h).collect();
             for chunk in of_table.chunks(BATCH) {
                 let rows = self.timed(move || renew_chunk(pool, table, chunk, ttl_ms)).await?;
                 renewed.extend(rows);
@@ -46,13 +46,10 @@ fn tuples(n: usize) -> String {
 async fn renew_chunk(
     pool: &Pool,
     table: Table,
-    holds: &[Hold],
+    holds: &[&Hold],
     ttl_ms: i64,
 ) -> Result<Vec<(String, String)>, sqlx::Error> {
-    let name = match table {
-        Table::Locks => crate::schema::LOCKS_TABLE,
-        Table::Holds => crate::schema::HOLDS_TABLE,
-    };
+    let name = table.name();
     match pool {
         Pool::Postgres(p) => {
             // Arrays keep the statement text fixed (one prepared statement for any batch).
@@ -82,12 +79,12 @@ async fn renew_chunk(
             let select = format!("SELECT name, owner FROM {name} WHERE (name, owner, token) IN ({set})");
             let mut tx = p.begin().await?;
             let mut q = sqlx::query(sqlx::AssertSqlSafe(update)).bind(ttl_ms.saturating_mul(1000));
-            for (n, o, t) in holds {
+            for &(n, o, t) in holds {
                 q = q.bind(n).bind(o).bind(t);
             }
             q.execute(&mut *tx).await?;
             let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(select));
-            for (n, o, t) in holds {
+            for &(n, o, t) in holds {
                 q = q.bind(n).bind(o).bind(t);
             }
             let rows = q.fetch_all(&mut *tx).await?;
@@ -105,7 +102,7 @@ async fn renew_chunk(
                 tuples(holds.len())
             );
             let mut q = sqlx::query_as::<_, (String, String)>(sqlx::AssertSqlSafe(update)).bind(ttl_ms);
-            for (n, o, t) in holds {
+            for &(n, o, t) in holds {
                 q = q.bind(n).bind(o).bind(t);
             }
             q.fetch_all(p).await
@@ -114,9 +111,9 @@ async fn renew_chunk(
 }
 
 /// The holds as three parallel arrays (PostgreSQL `unnest`).
-fn columns(holds: &[Hold]) -> (Vec<String>, Vec<String>, Vec<i64>) {
+fn columns(holds: &[&Hold]) -> (Vec<String>, Vec<String>, Vec<i64>) {
     let mut out = (Vec::with_capacity(holds.len()), Vec::with_capacity(holds.len()), Vec::with_capacity(holds.len()));
-    for (n, o, t) in holds {
+    for &(n, o, t) in holds {
         out.0.push(n.clone());
         out.1.push(o.clone());
         out.2.push(*t);

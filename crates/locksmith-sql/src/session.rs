@@ -33,17 +33,39 @@ pub(crate) struct SqlSession {
 
 type RowRef = (Arc<Db>, Table, String, String);
 
+/// Armed while a row of ours may be left behind: deletes `owner`'s row of `name` in `table`
+/// (owner-checked, so it can never hit someone else's) if the guard is dropped armed. `what`
+/// names the row in the cancel guard, and a failed delete is logged at `level` with `failed`:
+/// nothing is lost by it, since the row's lease ends it anyway.
+fn delete_row_on_drop(
+    what: &'static str,
+    failed: &'static str,
+    level: tracing::Level,
+    row: RowRef,
+) -> CancelGuard<RowRef> {
+    CancelGuard::new(what, row, move |(db, table, name, owner)| {
+        Some(async move {
+            if let Err(e) = db.delete_owner(table, &name, &owner).await {
+                if level == tracing::Level::WARN {
+                    tracing::warn!(%name, error = %e, "{failed}");
+                } else {
+                    tracing::debug!(%name, error = %e, "{failed}");
+                }
+            }
+        })
+    })
+}
+
 /// Armed while one attempt's outcome is unknown (a dropped future, an error while the
 /// transaction may have committed): deletes the attempt's row. The owner column is unique per
 /// attempt, so the delete can never hit a later hold.
 fn delete_on_drop(db: Arc<Db>, table: Table, name: String, owner: String) -> CancelGuard<RowRef> {
-    CancelGuard::new("sql attempt", (db, table, name, owner), |(db, table, name, owner)| {
-        Some(async move {
-            if let Err(e) = db.delete_owner(table, &name, &owner).await {
-                tracing::warn!(%name, error = %e, "cleanup of an unfinished acquisition failed; the lease expires it");
-            }
-        })
-    })
+    delete_row_on_drop(
+        "sql attempt",
+        "cleanup of an unfinished acquisition failed; the lease expires it",
+        tracing::Level::WARN,
+        (db, table, name, owner),
+    )
 }
 
 /// Armed from a waiting writer's first announcement until its acquisition ends: a writer that
@@ -51,13 +73,12 @@ fn delete_on_drop(db: Arc<Db>, table: Table, name: String, owner: String) -> Can
 /// need not wait for its lease (PostgreSQL also wakes them). A grant deletes it in the granting
 /// transaction and disarms this.
 fn withdraw_on_drop(db: Arc<Db>, name: String, owner: String) -> CancelGuard<RowRef> {
-    CancelGuard::new("sql writer announcement", (db, Table::Holds, name, owner), |(db, table, name, owner)| {
-        Some(async move {
-            if let Err(e) = db.delete_owner(table, &name, &owner).await {
-                tracing::debug!(%name, error = %e, "withdrawing a writer's announcement failed; its lease ends it");
-            }
-        })
-    })
+    delete_row_on_drop(
+        "sql writer announcement",
+        "withdrawing a writer's announcement failed; its lease ends it",
+        tracing::Level::DEBUG,
+        (db, Table::Holds, name, owner),
+    )
 }
 
 impl SqlSession {
@@ -75,12 +96,12 @@ impl SqlSession {
 
 /// What the lease mode refuses before it touches the database: a kind of hold it does not know
 /// (the engine asks [`SqlBackend::supports`](crate::SqlBackend) first; this is the backstop).
-fn check_mode(mode: HoldMode) -> Result<()> {
+fn check_mode(describe: &str, mode: HoldMode) -> Result<()> {
     match mode {
         HoldMode::Exclusive | HoldMode::Shared => Ok(()),
         HoldMode::Permit(n) if n > 0 => Ok(()),
         HoldMode::Permit(_) => Err(Error::InvalidArgument("a semaphore has at least 1 permit".into())),
-        other => Err(Error::Unsupported(format!("the sql backends offer no {other} holds"))),
+        other => Err(locksmith_core::driver::unsupported(describe, other)),
     }
 }
 
@@ -127,13 +148,15 @@ impl Session for SqlSession {
             self.db.ping().await?;
             return Ok(KeepAlive::default());
         }
+        // Each hold's name and owner are copied once, for the statement, and then moved into
+        // the key its verdict is looked up by.
         let batch: Vec<_> = snapshot
             .iter()
             .map(|h| (h.value.0, (h.name.to_string(), h.value.1.clone(), i64::try_from(h.token).unwrap_or(i64::MAX))))
             .collect();
         let renewed = self.db.renew_all(&batch, self.ttl_ms).await?;
-        let verdicts = snapshot.into_iter().map(|h| {
-            let ours = renewed.contains(&(h.name.to_string(), h.value.1.clone()));
+        let verdicts = snapshot.into_iter().zip(batch).map(|(h, (_, (name, owner, _)))| {
+            let ours = renewed.contains(&(name, owner));
             (h, ours)
         });
         Ok(self.holds.report(verdicts, "hold found gone or taken on renewal"))
@@ -149,7 +172,7 @@ impl Session for SqlSession {
     /// (owner-checked), so is a waiting writer's announcement, and nothing else is left behind.
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {
         admit(&self.closed, &req)?;
-        check_mode(req.mode)?;
+        check_mode(self.db.describe(), req.mode)?;
         let table = Table::of(req.mode);
         // A hold the engine dropped without releasing (it considered it dead) is freed first.
         if let Some(stale) = self.holds.take(&req.name, &req.owner) {

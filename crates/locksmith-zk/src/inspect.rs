@@ -31,6 +31,12 @@ impl Inspector {
             Err(zk::Error::NoNode) => return Ok(None),
             Err(e) => return Err(self.err(e)),
         };
+        self.status_from(dir, name, children).await
+    }
+
+    /// [`Inspector::status_of`] from a listing of `dir` already read (an observer's watched
+    /// listing, so a change costs one listing, not two).
+    async fn status_from(&self, dir: &str, name: String, children: Vec<String>) -> Result<Option<LockStatus>> {
         if children.iter().any(|c| c == layout::SEMAPHORE_LEASES) {
             if let Some(s) = self.semaphore_status(dir, name.clone()).await? {
                 return Ok(Some(s));
@@ -150,10 +156,12 @@ impl Inspector {
         let (tx, rx) = mpsc::channel(16);
         tokio::spawn(async move {
             loop {
-                let watcher = match retry(|| self.client.list_and_watch_children(&dir)).await {
-                    Ok((_, w)) => w,
+                // The listing the watch is set with is the one the status is read from: a change
+                // after it fires the watch, so none is missed.
+                let (children, watcher) = match retry(|| self.client.list_and_watch_children(&dir)).await {
+                    Ok((children, w)) => (Some(children), w),
                     Err(zk::Error::NoNode) => match retry(|| self.client.check_and_watch_stat(&dir)).await {
-                        Ok((None, w)) => w,
+                        Ok((None, w)) => (None, w),
                         // Created meanwhile: watch its children.
                         Ok((Some(_), _)) => continue,
                         Err(e) => {
@@ -166,7 +174,12 @@ impl Inspector {
                         return;
                     }
                 };
-                let status = match self.status_of(&dir, name.clone()).await {
+                let status = match children {
+                    Some(children) => self.status_from(&dir, name.clone(), children).await,
+                    // No directory: nothing holds or waits.
+                    None => Ok(None),
+                };
+                let status = match status {
                     Ok(s) => Ok(s.unwrap_or_else(|| LockStatus::new(name.clone(), None, 0, 0))),
                     Err(e) => Err(e),
                 };

@@ -447,7 +447,7 @@ impl locksmith_core::Session for ZkSession {
             }
             HoldMode::Shared => self.acquire_in_dir(req, Kind::Reader).await,
             HoldMode::Permit(n) => self.acquire_permit(req, n).await,
-            other => Err(Error::Unsupported(format!("{}: no {other} holds", self.url))),
+            other => Err(locksmith_core::driver::unsupported(&self.url, other)),
         }
     }
 

@@ -158,6 +158,48 @@ pub async fn a_semaphore_in_use_refuses_another_number_of_permits(t: &dyn Target
     b.close().await;
 }
 
+/// §2.8 with the primitives: an owner's re-entry shares its hold only as the same kind of
+/// hold with the same value; a write lock over its read lock, another number of permits or
+/// another proposal is refused (the guard would claim what is not held), and the hold it has
+/// stays as it was.
+pub async fn reentering_with_a_different_mode_is_refused(t: &dyn Target) {
+    let a = client(t, TTL).await;
+    let b = client(t, TTL).await;
+    let owner = || LockOptions::new().owner("worker-1").timeout(Duration::from_secs(2));
+    let cases = [
+        (owner().shared(), owner()),
+        (owner(), owner().shared()),
+        (owner().permits(3), owner().permits(5)),
+        (owner().value("alpha:1"), owner().value("beta:2")),
+    ];
+    for (first, second) in cases {
+        // A name per case: a semaphore's name keeps its number of permits while in use.
+        let name = unique("reenter-mode");
+        let mode = first.mode();
+        let g = a.lock_with(&name, first).await.unwrap_or_else(|e| panic!("lock as {mode}: {e}"));
+        let r = a.try_lock_with(&name, second).await;
+        assert!(
+            matches!(r, Err(Error::InvalidArgument(_))),
+            "re-entry over a {mode} hold: expected a refusal, got {r:?}"
+        );
+        assert!(g.is_held(), "a refused re-entry lost the {mode} hold");
+        if mode == HoldMode::Shared {
+            // Still only a read lock: another reader gets in, a writer does not.
+            let reader = b.try_lock_with(&name, LockOptions::new().shared()).await;
+            let reader = reader.unwrap_or_else(|e| panic!("another reader: {e}"));
+            let reader = reader.unwrap_or_else(|| panic!("another reader was refused next to a read lock"));
+            assert!(reader.unlock().await.unwrap_or(false));
+        }
+        if mode == HoldMode::Exclusive {
+            let busy = b.try_lock(&name).await.unwrap_or_else(|e| panic!("try_lock: {e}"));
+            assert!(busy.is_none(), "the lock was freed by a refused re-entry");
+        }
+        assert!(g.unlock().await.unwrap_or(false), "release after a refused re-entry");
+    }
+    a.close().await;
+    b.close().await;
+}
+
 /// Multi-lock: two clients taking overlapping sets in opposite orders never deadlock (the
 /// engine takes names in one order), and each gets one token per name.
 pub async fn lock_all_never_deadlocks_and_gives_a_token_per_name(t: &dyn Target) {
@@ -279,6 +321,7 @@ macro_rules! primitives_suite {
             a_semaphore_never_exceeds_its_permits,
             a_permit_comes_back_when_its_holders_session_ends,
             a_semaphore_in_use_refuses_another_number_of_permits,
+            reentering_with_a_different_mode_is_refused,
             the_next_leader_has_a_higher_term_and_observers_see_both
         );
     };

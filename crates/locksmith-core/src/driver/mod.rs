@@ -32,3 +32,17 @@ pub use tls_failure::{connection_dropped, tls_failure, TlsFailure};
 #[cfg(feature = "rustls")]
 pub use tls_probe::tls_probe;
 pub use url::{known_schemes, redact, scheme_info, BackendUrl, HostPort, Scheme, SCHEMES};
+
+/// The refusal of a kind of hold a driver does not offer, said one way by every driver:
+/// `<describe> offers no <mode> holds`. The engine asks [`Backend::supports`](crate::Backend)
+/// before a driver sees a request, so drivers use this as the backstop for callers of
+/// [`Session::acquire`](crate::Session) that bypass the engine.
+///
+/// ```
+/// use locksmith_core::{driver::unsupported, Error, HoldMode};
+/// let e = unsupported("etcd://127.0.0.1:2379", HoldMode::Shared);
+/// assert!(matches!(&e, Error::Unsupported(m) if m == "etcd://127.0.0.1:2379 offers no shared holds"));
+/// ```
+pub fn unsupported(describe: &str, mode: crate::HoldMode) -> crate::Error {
+    crate::Error::Unsupported(format!("{describe} offers no {mode} holds"))
+}

@@ -68,7 +68,7 @@ impl From<LockView> for LockInfo {
             .holders
             .into_iter()
             .map(|h| {
-                let (shared, permits) = super::mode_to_wire(h.mode);
+                let (shared, permits) = h.mode.to_wire();
                 Holder {
                     session: h.session,
                     owner: h.owner,

@@ -17,7 +17,7 @@ pub(crate) fn to_wal(r: &Record) -> wal::Record {
             secret_digest: secret.map(|d| d.to_vec()).unwrap_or_default(),
         }),
         Record::Grant { name, session, owner, token, lock_delay, mode, value } => {
-            let (shared, permits) = super::mode_to_wire(*mode);
+            let (shared, permits) = mode.to_wire();
             Body::Grant(wal::Grant {
                 name: name.clone(),
                 session: *session,

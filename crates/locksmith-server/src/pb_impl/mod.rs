@@ -117,24 +117,8 @@ pub enum Invalid {
     Forbidden(String),
 }
 
-/// `(shared, permits)` of a hold's kind on the wire: both unset for the exclusive hold.
-pub(crate) fn mode_to_wire(mode: HoldMode) -> (bool, u32) {
-    match mode {
-        HoldMode::Shared => (true, 0),
-        HoldMode::Permit(n) => (false, n),
-        _ => (false, 0),
-    }
-}
-
-/// The kind of hold `(shared, permits)` says, or why it says none.
+/// The kind of hold `(shared, permits)` says, or why it says none: the server refuses both set
+/// and more than `MAX_PERMITS` permits.
 pub(crate) fn mode_from_wire(shared: bool, permits: u32) -> Result<HoldMode, Invalid> {
-    match (shared, permits) {
-        (false, 0) => Ok(HoldMode::Exclusive),
-        (true, 0) => Ok(HoldMode::Shared),
-        (false, n) if n <= locksmith_core::MAX_PERMITS => Ok(HoldMode::Permit(n)),
-        (false, n) => {
-            Err(Invalid::Hold(format!("a semaphore has at most {} permits, not {n}", locksmith_core::MAX_PERMITS)))
-        }
-        (true, _) => Err(Invalid::Hold("a hold is either shared or a permit, not both".into())),
-    }
+    HoldMode::from_wire(shared, permits).map_err(|e| Invalid::Hold(e.to_string()))
 }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use locksmith::{HoldMode, LockOptions};
 use locksmith_core::conformance::{primitives as p, UrlTarget};
-use locksmith_testkit::{MySqlServer, PostgresServer};
+use locksmith_testkit::{temp_dir_for_process, MySqlServer, PostgresServer, ProcessTempDir};
 
 static PG: OnceLock<PostgresServer> = OnceLock::new();
 static MY: OnceLock<MySqlServer> = OnceLock::new();
@@ -29,8 +29,12 @@ fn mariadb_url() -> String {
 }
 
 fn sqlite_url() -> String {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("locksmith-sql-primitives-{}.db", std::process::id()));
+    // One database for the whole binary, in a dir removed once the test process is gone.
+    static DIR: OnceLock<ProcessTempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        temp_dir_for_process(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), "locksmith-sql-primitives-")
+    });
+    let path = dir.path().join("locks.db");
     format!("sqlite://{}", path.display())
 }
 

@@ -42,6 +42,36 @@ pub(crate) fn remove_when_gone(name: &str, dir: &std::path::Path) -> ChildProces
     spawn(&format!("{name} cleanup"), &mut wd)
 }
 
+/// A temp dir that lives as long as the test process: [`temp_dir_for_process`].
+#[derive(Debug)]
+pub struct ProcessTempDir {
+    dir: tempfile::TempDir,
+    /// Removes `dir` once the test process is gone; kept in a `static`, this value never drops.
+    _cleanup: ChildProcess,
+}
+
+impl ProcessTempDir {
+    /// The dir's path.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+/// A fresh temp dir under `parent` (its name starts with `prefix`) that is removed when dropped
+/// or, when kept in a `static` (never dropped), once the test process is gone: for files a whole
+/// test binary shares, e.g. a SQLite database.
+///
+/// # Panics
+/// When the dir cannot be created or the cleanup shell cannot be started.
+pub fn temp_dir_for_process(parent: &std::path::Path, prefix: &str) -> ProcessTempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(parent)
+        .unwrap_or_else(|e| panic!("cannot create a temp dir in {}: {e}", parent.display()));
+    let cleanup = remove_when_gone(prefix, dir.path());
+    ProcessTempDir { dir, _cleanup: cleanup }
+}
+
 /// `(uid, gid)` of a system account, e.g. `postgres`, via `id`.
 pub(crate) fn account(user: &str) -> Option<(u32, u32)> {
     let id = |flag: &str| -> Option<u32> {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use locksmith_core::conformance::UrlTarget;
+use locksmith_core::conformance::{until_status, UrlTarget};
 use locksmith_testkit::{CliTarget, EtcdServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
@@ -200,7 +200,8 @@ async fn waiter_paused_past_its_ttl_never_runs_under_another_holder() {
         let c = c.clone();
         tokio::spawn(async move { c.lock("paused-waiter").await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // c queued (and the frozen waiter's expired key gone) before the holder lets go.
+    until_status(&a, "paused-waiter", |s| s.waiters == Some(1)).await;
     assert!(g.unlock().await.unwrap());
     let gc = tokio::time::timeout(Duration::from_secs(5), c_wait).await.unwrap().unwrap().unwrap();
     std::fs::write(&file, "enter\n").unwrap();

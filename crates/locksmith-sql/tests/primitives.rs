@@ -10,7 +10,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use locksmith::{HoldMode, LockOptions};
-use locksmith_core::conformance::{primitives as p, UrlTarget};
+use locksmith_core::conformance::{eventually, primitives as p, UrlTarget};
 use locksmith_testkit::{temp_dir_for_process, MySqlServer, PostgresServer, ProcessTempDir};
 
 static PG: OnceLock<PostgresServer> = OnceLock::new();
@@ -260,7 +260,11 @@ async fn a_dropped_acquisition_of_a_permit_or_read_lock_leaves_no_row(url: &str)
     let waiter = tokio::time::timeout(Duration::from_millis(300), b.lock_with(&sem, LockOptions::new().permits(1)));
     assert!(waiter.await.is_err(), "the semaphore of 1 was full");
     assert!(held.unlock().await.unwrap_or(false));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The dropped waiter's row goes in the background.
+    eventually("a dropped permit waiter left a hold", || async {
+        a.status(Some(&sem)).await.is_ok_and(|st| st.iter().all(|s| s.holders.is_empty()))
+    })
+    .await;
     let st = a.status(Some(&sem)).await.unwrap_or_else(|e| panic!("status: {e}"));
     assert!(st.iter().all(|s| s.holders.is_empty()), "a dropped permit waiter left a hold: {st:?}");
     let g = a.try_lock_with(&sem, LockOptions::new().permits(1)).await.unwrap_or_else(|e| panic!("{e}"));
@@ -271,7 +275,11 @@ async fn a_dropped_acquisition_of_a_permit_or_read_lock_leaves_no_row(url: &str)
     let reader = a.lock_with(&rw, LockOptions::new().shared()).await.unwrap_or_else(|e| panic!("read: {e}"));
     let writer = tokio::time::timeout(Duration::from_millis(300), b.lock(&rw));
     assert!(writer.await.is_err(), "the writer got in beside a reader");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The dropped writer's announcement goes in the background.
+    eventually("a dropped writer's announcement kept readers out", || async {
+        matches!(b.try_lock_with(&rw, LockOptions::new().shared()).await, Ok(Some(_)))
+    })
+    .await;
     let g = b.try_lock_with(&rw, LockOptions::new().shared()).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(g.is_some(), "a dropped writer's announcement kept readers out");
     drop(g);

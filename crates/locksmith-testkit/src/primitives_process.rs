@@ -1,9 +1,7 @@
 //! Beyond the mutex with real processes (DESIGN.md §4b): `locksmith run --permits` and
 //! `--shared`, `locksmith elect` (campaign, take-over, observe) and `locksmith status`, against
 //! any backend that offers them. A test file of locksmith-cli builds a [`CliTarget`] and expands
-//! [`primitives_process_suite!`](crate::primitives_process_suite) (or
-//! [`election_process_suite!`](crate::election_process_suite) for a backend with elections
-//! only).
+//! [`primitives_process_suite!`](crate::primitives_process_suite).
 //!
 //! Functions panic with a message naming the broken property; they are test code.
 
@@ -238,14 +236,5 @@ macro_rules! primitives_process_suite {
                 $crate::primitives_process::$name(&target).await;
             }
         )*
-    };
-}
-
-/// The election property alone, for a backend that offers elections but not read locks or
-/// semaphores.
-#[macro_export]
-macro_rules! election_process_suite {
-    ($make:expr) => {
-        $crate::primitives_process_suite!(@each $make; a_paused_leader_is_replaced_and_the_observer_sees_both_terms);
     };
 }

@@ -1,16 +1,16 @@
 //! Beyond the mutex in the lease mode (issue 19): read/write locks and semaphores with leased
 //! permits on PostgreSQL 15, MariaDB 10.11 and a SQLite file, through the shared property
-//! functions of `locksmith_core::conformance::primitives` (called one by one: the SQL driver
-//! offers no elections, so `primitives_suite!` does not fit), then what is particular to SQL:
-//! status rows, cross-kind refusals, and the cleanup of abandoned acquisitions. PostgreSQL's
-//! advisory mode offers read/write locks too (shared advisory locks): the read/write properties
-//! run there as well.
+//! functions of `locksmith_core::conformance::primitives` (`rwlock_suite!` and
+//! `semaphore_suite!`: the SQL driver offers no elections, so `primitives_suite!` does not fit),
+//! then what is particular to SQL: status rows, cross-kind refusals, and the cleanup of abandoned
+//! acquisitions. PostgreSQL's advisory mode offers read/write locks too (shared advisory locks):
+//! the read/write properties run there as well.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use locksmith::{HoldMode, LockOptions};
-use locksmith_core::conformance::{eventually, primitives as p, UrlTarget};
+use locksmith_core::conformance::{eventually, UrlTarget};
 use locksmith_testkit::{temp_dir_for_process, MySqlServer, PostgresServer, ProcessTempDir};
 
 static PG: OnceLock<PostgresServer> = OnceLock::new();
@@ -44,30 +44,8 @@ macro_rules! properties {
         mod $db {
             use super::*;
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn readers_share_and_never_overlap_a_writer() {
-                p::readers_share_and_never_overlap_a_writer(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_writer_gets_in_while_readers_keep_arriving() {
-                p::a_writer_gets_in_while_readers_keep_arriving(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_semaphore_never_exceeds_its_permits() {
-                p::a_semaphore_never_exceeds_its_permits(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_permit_comes_back_when_its_holders_session_ends() {
-                p::a_permit_comes_back_when_its_holders_session_ends(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_semaphore_in_use_refuses_another_number_of_permits() {
-                p::a_semaphore_in_use_refuses_another_number_of_permits(&target($url)).await;
-            }
+            locksmith_core::rwlock_suite!(target($url));
+            locksmith_core::semaphore_suite!(target($url));
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn status_shows_every_reader_and_permit_with_its_kind() {
@@ -108,15 +86,7 @@ mod postgres_advisory {
         format!("{}?mode=advisory", postgres_url())
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn readers_share_and_never_overlap_a_writer() {
-        p::readers_share_and_never_overlap_a_writer(&target(url())).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_writer_gets_in_while_readers_keep_arriving() {
-        p::a_writer_gets_in_while_readers_keep_arriving(&target(url())).await;
-    }
+    locksmith_core::rwlock_suite!(target(url()));
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_writer_that_gives_up_lets_waiting_readers_in_at_once() {

@@ -5,7 +5,6 @@
 //!
 //! Functions panic with a message naming the broken property; they are test code.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -15,7 +14,7 @@ use nix::sys::signal::Signal;
 
 use locksmith_core::conformance::unique;
 
-use crate::process::{spawn, ChildProcess};
+use crate::process::{spawn, stdout_lines, ChildProcess};
 use crate::CliTarget;
 
 /// `bin ARGS…` with its stdout lines delivered as they come.
@@ -23,14 +22,7 @@ fn start(bin: &Path, args: &[&str]) -> (ChildProcess, mpsc::Receiver<String>) {
     let mut cmd = Command::new(bin);
     cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
     let mut p = spawn("locksmith", &mut cmd);
-    let (tx, rx) = mpsc::channel();
-    if let Some(out) = p.take_stdout() {
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-    }
+    let rx = stdout_lines(&mut p);
     (p, rx)
 }
 

@@ -14,6 +14,22 @@ pub fn spawn(name: &str, cmd: &mut Command) -> ChildProcess {
     ChildProcess::spawn(name, cmd).unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"))
 }
 
+/// `p`'s stdout, line by line as it comes, read on a thread of its own (so a test can wait for
+/// a line with a timeout while the process runs). Empty when its stdout was not piped or was
+/// taken already.
+pub fn stdout_lines(p: &mut ChildProcess) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(out) = p.take_stdout() {
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    rx
+}
+
 /// A shell that kills `pid` (SIGKILL) and removes `dir` once the current (test) process is gone:
 /// a server shared by a whole test binary lives in a static and is never dropped.
 pub(crate) fn watchdog(name: &str, pid: i32, dir: &std::path::Path) -> ChildProcess {

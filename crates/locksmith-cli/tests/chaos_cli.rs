@@ -178,9 +178,18 @@ fn ctrl_c_stops_early_ends_every_process_and_still_reports() {
 /// section past its TTL writes on a stale read after another worker took the lock and wrote.
 #[test]
 fn an_unfenced_run_under_pauses_is_caught_as_unsafe() {
-    let run = chaos(&[
+    unfenced_pauses_are_caught(&[], "8s", "chaos: UNSAFE");
+}
+
+/// A run without fencing whose holders are paused inside their critical section past their TTL
+/// (`setup` first, e.g. `--cluster 3`; for `duration`): the checker calls it unsafe (stdout
+/// starts with `verdict`), with stale writes accepted and overlaps both written, after at least
+/// two pauses. Returns the run for checks of its own.
+fn unfenced_pauses_are_caught(setup: &[&str], duration: &str, verdict: &str) -> Run {
+    let mut args = setup.to_vec();
+    args.extend([
         "--duration",
-        "8s",
+        duration,
         "--ttl",
         "1s",
         "--hold",
@@ -193,12 +202,14 @@ fn an_unfenced_run_under_pauses_is_caught_as_unsafe() {
         "--seed",
         "3",
     ]);
+    let run = chaos(&args);
     eprintln!("{}", run.stdout.trim());
     assert_eq!(run.code, Some(1), "{}", run.explain());
-    assert!(run.stdout.starts_with("chaos: UNSAFE"), "{}", run.explain());
+    assert!(run.stdout.starts_with(verdict), "{}", run.explain());
     assert!(run.finding("stale_writes_accepted") > 0, "{}", run.report());
     assert!(run.finding("overlaps_both_written") > 0, "{}", run.report());
     assert!(run.faults("pause") >= 2, "{}", run.report());
+    run
 }
 
 /// The harness's own 3-node cluster: safe under `kill -9`, SIGSTOP and isolation of a node, the
@@ -235,29 +246,7 @@ fn a_three_node_cluster_stays_safe_under_node_faults() {
 /// 10 s run is not sure to pause a holder past its TTL).
 #[test]
 fn an_unfenced_run_on_the_cluster_is_caught_as_unsafe() {
-    let run = chaos(&[
-        "--cluster",
-        "3",
-        "--duration",
-        "10s",
-        "--ttl",
-        "1s",
-        "--hold",
-        "600ms",
-        "--unfenced",
-        "--faults",
-        "pause",
-        "--target",
-        "holder",
-        "--seed",
-        "3",
-    ]);
-    eprintln!("{}", run.stdout.trim());
-    assert_eq!(run.code, Some(1), "{}", run.explain());
-    assert!(run.stdout.starts_with("chaos: UNSAFE (3-node cluster)"), "{}", run.explain());
-    assert!(run.finding("stale_writes_accepted") > 0, "{}", run.report());
-    assert!(run.finding("overlaps_both_written") > 0, "{}", run.report());
-    assert!(run.faults("pause") >= 2, "{}", run.report());
+    let run = unfenced_pauses_are_caught(&["--cluster", "3"], "10s", "chaos: UNSAFE (3-node cluster)");
     assert!(run.report().get("kept_dir").is_none(), "an expected UNSAFE keeps nothing: {}", run.report());
 }
 

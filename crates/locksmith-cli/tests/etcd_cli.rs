@@ -6,8 +6,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use locksmith_core::conformance::UrlTarget;
-use locksmith_testkit::{CliTarget, EtcdServer};
+use locksmith_core::conformance::{until_status, UrlTarget};
+use locksmith_testkit::{stdout_lines, CliTarget, EtcdServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
@@ -200,7 +200,8 @@ async fn waiter_paused_past_its_ttl_never_runs_under_another_holder() {
         let c = c.clone();
         tokio::spawn(async move { c.lock("paused-waiter").await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // c queued (and the frozen waiter's expired key gone) before the holder lets go.
+    until_status(&a, "paused-waiter", |s| s.waiters == Some(1)).await;
     assert!(g.unlock().await.unwrap());
     let gc = tokio::time::timeout(Duration::from_secs(5), c_wait).await.unwrap().unwrap().unwrap();
     std::fs::write(&file, "enter\n").unwrap();
@@ -224,19 +225,6 @@ async fn waiter_paused_past_its_ttl_never_runs_under_another_holder() {
     for (i, l) in log.lines().enumerate() {
         assert_eq!(l, if i % 2 == 0 { "enter" } else { "exit" }, "overlap at line {i}:\n{log}");
     }
-}
-
-/// Lines of a child's stdout as they come, read on a thread.
-fn lines_of(child: &mut locksmith_testkit::ChildProcess) -> std::sync::mpsc::Receiver<String> {
-    let (tx, rx) = std::sync::mpsc::channel();
-    if let Some(out) = child.take_stdout() {
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-    }
-    rx
 }
 
 /// Waits for a line that `matches`, within `secs` seconds.
@@ -269,7 +257,7 @@ async fn etcdctl_elect_and_locksmith_elect_share_one_election() {
             .stdout(Stdio::piped());
         spawn("locksmith elect", &mut c)
     };
-    let rust_out = lines_of(&mut rust);
+    let rust_out = stdout_lines(&mut rust);
     let first: u64 = wait_line(&rust_out, 10, |l| l.starts_with("term ")).trim_start_matches("term ").parse().unwrap();
 
     let mut listen = {
@@ -277,7 +265,7 @@ async fn etcdctl_elect_and_locksmith_elect_share_one_election() {
         c.args(["elect", "-l", "interop-election"]).stdin(Stdio::null()).stdout(Stdio::piped());
         spawn("etcdctl elect -l", &mut c)
     };
-    let heard = lines_of(&mut listen);
+    let heard = stdout_lines(&mut listen);
     wait_line(&heard, 10, |l| l == "rust-candidate");
 
     let mut go = {
@@ -285,7 +273,7 @@ async fn etcdctl_elect_and_locksmith_elect_share_one_election() {
         c.args(["elect", "interop-election", "go-candidate"]).stdin(Stdio::null()).stdout(Stdio::piped());
         spawn("etcdctl elect", &mut c)
     };
-    let go_out = lines_of(&mut go);
+    let go_out = stdout_lines(&mut go);
     assert!(go_out.recv_timeout(Duration::from_millis(800)).is_err(), "etcdctl was elected while locksmith led");
 
     let mut observer = {
@@ -295,7 +283,7 @@ async fn etcdctl_elect_and_locksmith_elect_share_one_election() {
             .stdout(Stdio::piped());
         spawn("locksmith elect --observe", &mut c)
     };
-    let observed = lines_of(&mut observer);
+    let observed = stdout_lines(&mut observer);
     let now: serde_json::Value = serde_json::from_str(&wait_line(&observed, 10, |_| true)).unwrap();
     assert_eq!((now["term"].as_u64(), now["value"].as_str()), (Some(first), Some("rust-candidate")));
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use locksmith::LockOptions;
 use locksmith_core::conformance::UrlTarget;
-use locksmith_testkit::{CliTarget, NativeCluster};
+use locksmith_testkit::NativeCluster;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
@@ -147,7 +147,6 @@ async fn a_client_given_one_follower_is_sent_to_the_leader() {
     let client = locksmith::connect(&c.url()).await.unwrap_or_else(|e| panic!("{e}"));
     let g = client.lock("cluster/one-url").await.unwrap_or_else(|e| panic!("{e}"));
     assert!(g.unlock().await.unwrap_or(false));
-    let _ = CliTarget::new(BIN, target());
 }
 
 /// The leader cut off from the other nodes (a blackhole both ways) while its clients still reach

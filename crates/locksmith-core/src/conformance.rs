@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use crate::{Client, Error, LockOptions, Result};
+use crate::{Client, Error, LockOptions, LockStatus, Result};
 
 pub mod primitives;
 pub use primitives::{
@@ -388,6 +388,47 @@ pub async fn until_waiters(t: &dyn Target, c: &Client, name: &str, n: u64) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     panic!("{name}: {n} waiters never showed in status");
+}
+
+/// How long [`eventually`] and [`until_status`] wait: generous, for what a backend does in the
+/// background (a dropped acquisition's cleanup, a waiter's queue entry) on a busy 2-core CI
+/// machine. A fixed sleep there made tests flaky; a poll costs only as long as it takes.
+pub const EVENTUALLY: Duration = Duration::from_secs(10);
+
+/// Polls `check` every 10 ms until it holds.
+///
+/// # Panics
+/// When it does not within [`EVENTUALLY`]; the message says `what` never happened.
+pub async fn eventually<F, Fut>(what: &str, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = std::time::Instant::now() + EVENTUALLY;
+    while !check().await {
+        assert!(std::time::Instant::now() < until, "{what}: not within {EVENTUALLY:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Polls `name`'s status until it is listed and `check` holds.
+///
+/// # Panics
+/// When it does not within [`EVENTUALLY`] (the message shows the last status), or `status`
+/// fails.
+pub async fn until_status(c: &Client, name: &str, check: impl Fn(&LockStatus) -> bool) {
+    let until = std::time::Instant::now() + EVENTUALLY;
+    loop {
+        let st = c.status(Some(name)).await.unwrap_or_else(|e| panic!("status of {name} failed: {e}"));
+        if st.first().is_some_and(&check) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{name}: never reached the expected status within {EVENTUALLY:?}: {st:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// Expands one `#[tokio::test]` per in-process contract property for the [`Target`] built by

@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use locksmith::{Error, HoldMode, LockOptions};
+use locksmith_core::conformance::until_status;
 use locksmith_testkit::EtcdServer;
 
 const TTL: Duration = Duration::from_secs(5);
@@ -97,17 +98,6 @@ async fn until_keys(server: &EtcdServer, prefix: &str, n: usize) -> BTreeMap<Str
         tokio::time::sleep(Duration::from_millis(30)).await;
     }
     panic!("{prefix} never had {n} keys: {:?}", keys_under(server, prefix));
-}
-
-/// Polls `name`'s status until `check` holds.
-async fn until_status(c: &locksmith::Client, name: &str, check: impl Fn(&locksmith::LockStatus) -> bool) {
-    for _ in 0..200 {
-        if c.status(Some(name)).await.unwrap().first().is_some_and(&check) {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{name}: never reached the expected status: {:?}", c.status(Some(name)).await);
 }
 
 fn nanos_now() -> String {

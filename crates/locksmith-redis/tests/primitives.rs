@@ -4,13 +4,12 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{cmd, raw, unique, until_waiters, wakeups};
 use locksmith::{HoldMode, LockOptions};
-use locksmith_testkit::RedisServer;
+use locksmith_testkit::{spawn, stdout_lines, RedisServer};
 use tokio::sync::mpsc;
 
 const TTL: Duration = Duration::from_secs(2);
@@ -42,20 +41,13 @@ fn holder_process() {
 /// when it is dead.
 fn killed_holder(url: &str, name: &str, kind: &str) -> Instant {
     let exe = std::env::current_exe().unwrap();
-    let mut child = Command::new(exe)
-        .args(["holder_process", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
+    let mut cmd = Command::new(exe);
+    cmd.args(["holder_process", "--exact", "--ignored", "--nocapture", "--test-threads", "1"])
         .env("LOCKSMITH_REDIS_HOLDER", format!("{url}|{name}|{kind}"))
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let out = BufReader::new(child.stdout.take().unwrap());
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in out.lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
+        .stderr(Stdio::null());
+    let mut child = spawn("redis holder", &mut cmd);
+    let rx = stdout_lines(&mut child);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -63,13 +55,13 @@ fn killed_holder(url: &str, name: &str, kind: &str) -> Instant {
             Ok(line) if line.trim() == "holding" => break,
             Ok(_) => continue,
             Err(e) => {
-                let _ = child.kill();
+                child.kill9();
                 panic!("the holder process never held {name}: {e}");
             }
         }
     }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    // SIGKILL by PID, and reaped: dead when this returns.
+    child.kill9();
     Instant::now()
 }
 

@@ -5,7 +5,7 @@
 use std::sync::OnceLock;
 
 use locksmith_core::conformance::UrlTarget;
-use locksmith_testkit::{MySqlServer, PostgresServer};
+use locksmith_testkit::{temp_dir_for_process, MySqlServer, PostgresServer, ProcessTempDir};
 
 static PG: OnceLock<PostgresServer> = OnceLock::new();
 static MY: OnceLock<MySqlServer> = OnceLock::new();
@@ -23,8 +23,12 @@ fn mariadb(query: &str) -> UrlTarget {
 }
 
 fn sqlite() -> UrlTarget {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("locksmith-sql-conformance-{}.db", std::process::id()));
+    // One database for the whole binary, in a dir removed once the test process is gone.
+    static DIR: OnceLock<ProcessTempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        temp_dir_for_process(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), "locksmith-sql-conformance-")
+    });
+    let path = dir.path().join("locks.db");
     target(format!("sqlite://{}", path.display()))
 }
 

@@ -1,17 +1,17 @@
 //! Beyond the mutex in the lease mode (issue 19): read/write locks and semaphores with leased
 //! permits on PostgreSQL 15, MariaDB 10.11 and a SQLite file, through the shared property
-//! functions of `locksmith_core::conformance::primitives` (called one by one: the SQL driver
-//! offers no elections, so `primitives_suite!` does not fit), then what is particular to SQL:
-//! status rows, cross-kind refusals, and the cleanup of abandoned acquisitions. PostgreSQL's
-//! advisory mode offers read/write locks too (shared advisory locks): the read/write properties
-//! run there as well.
+//! functions of `locksmith_core::conformance::primitives` (`rwlock_suite!` and
+//! `semaphore_suite!`: the SQL driver offers no elections, so `primitives_suite!` does not fit),
+//! then what is particular to SQL: status rows, cross-kind refusals, and the cleanup of abandoned
+//! acquisitions. PostgreSQL's advisory mode offers read/write locks too (shared advisory locks):
+//! the read/write properties run there as well.
 
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use locksmith::{HoldMode, LockOptions};
-use locksmith_core::conformance::{primitives as p, UrlTarget};
-use locksmith_testkit::{MySqlServer, PostgresServer};
+use locksmith_core::conformance::{eventually, UrlTarget};
+use locksmith_testkit::{temp_dir_for_process, MySqlServer, PostgresServer, ProcessTempDir};
 
 static PG: OnceLock<PostgresServer> = OnceLock::new();
 static MY: OnceLock<MySqlServer> = OnceLock::new();
@@ -29,8 +29,12 @@ fn mariadb_url() -> String {
 }
 
 fn sqlite_url() -> String {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("locksmith-sql-primitives-{}.db", std::process::id()));
+    // One database for the whole binary, in a dir removed once the test process is gone.
+    static DIR: OnceLock<ProcessTempDir> = OnceLock::new();
+    let dir = DIR.get_or_init(|| {
+        temp_dir_for_process(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), "locksmith-sql-primitives-")
+    });
+    let path = dir.path().join("locks.db");
     format!("sqlite://{}", path.display())
 }
 
@@ -40,30 +44,8 @@ macro_rules! properties {
         mod $db {
             use super::*;
 
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn readers_share_and_never_overlap_a_writer() {
-                p::readers_share_and_never_overlap_a_writer(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_writer_gets_in_while_readers_keep_arriving() {
-                p::a_writer_gets_in_while_readers_keep_arriving(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_semaphore_never_exceeds_its_permits() {
-                p::a_semaphore_never_exceeds_its_permits(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_permit_comes_back_when_its_holders_session_ends() {
-                p::a_permit_comes_back_when_its_holders_session_ends(&target($url)).await;
-            }
-
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn a_semaphore_in_use_refuses_another_number_of_permits() {
-                p::a_semaphore_in_use_refuses_another_number_of_permits(&target($url)).await;
-            }
+            locksmith_core::rwlock_suite!(target($url));
+            locksmith_core::semaphore_suite!(target($url));
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn status_shows_every_reader_and_permit_with_its_kind() {
@@ -104,15 +86,7 @@ mod postgres_advisory {
         format!("{}?mode=advisory", postgres_url())
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn readers_share_and_never_overlap_a_writer() {
-        p::readers_share_and_never_overlap_a_writer(&target(url())).await;
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_writer_gets_in_while_readers_keep_arriving() {
-        p::a_writer_gets_in_while_readers_keep_arriving(&target(url())).await;
-    }
+    locksmith_core::rwlock_suite!(target(url()));
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_writer_that_gives_up_lets_waiting_readers_in_at_once() {
@@ -256,7 +230,11 @@ async fn a_dropped_acquisition_of_a_permit_or_read_lock_leaves_no_row(url: &str)
     let waiter = tokio::time::timeout(Duration::from_millis(300), b.lock_with(&sem, LockOptions::new().permits(1)));
     assert!(waiter.await.is_err(), "the semaphore of 1 was full");
     assert!(held.unlock().await.unwrap_or(false));
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The dropped waiter's row goes in the background.
+    eventually("a dropped permit waiter left a hold", || async {
+        a.status(Some(&sem)).await.is_ok_and(|st| st.iter().all(|s| s.holders.is_empty()))
+    })
+    .await;
     let st = a.status(Some(&sem)).await.unwrap_or_else(|e| panic!("status: {e}"));
     assert!(st.iter().all(|s| s.holders.is_empty()), "a dropped permit waiter left a hold: {st:?}");
     let g = a.try_lock_with(&sem, LockOptions::new().permits(1)).await.unwrap_or_else(|e| panic!("{e}"));
@@ -267,7 +245,11 @@ async fn a_dropped_acquisition_of_a_permit_or_read_lock_leaves_no_row(url: &str)
     let reader = a.lock_with(&rw, LockOptions::new().shared()).await.unwrap_or_else(|e| panic!("read: {e}"));
     let writer = tokio::time::timeout(Duration::from_millis(300), b.lock(&rw));
     assert!(writer.await.is_err(), "the writer got in beside a reader");
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The dropped writer's announcement goes in the background.
+    eventually("a dropped writer's announcement kept readers out", || async {
+        matches!(b.try_lock_with(&rw, LockOptions::new().shared()).await, Ok(Some(_)))
+    })
+    .await;
     let g = b.try_lock_with(&rw, LockOptions::new().shared()).await.unwrap_or_else(|e| panic!("{e}"));
     assert!(g.is_some(), "a dropped writer's announcement kept readers out");
     drop(g);

@@ -73,11 +73,6 @@ impl Links {
         }
     }
 
-    /// Cuts the clients' path to node `id` (a blackhole).
-    pub(crate) fn cut_front(&self, id: u64) {
-        self.fronts[&id].blackhole();
-    }
-
     /// Ends every partition.
     pub(crate) fn heal(&self) {
         for p in self.links.values().chain(self.fronts.values()) {

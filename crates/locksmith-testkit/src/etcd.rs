@@ -269,36 +269,9 @@ impl EtcdServer {
     /// As [`EtcdServer::start`].
     pub fn restart(&mut self) {
         self.kill9();
-        let bin = PathBuf::from("/usr/bin/etcd");
-        assert!(bin.exists(), "etcd is not installed; run: bash scripts/setup.sh (installs Debian's etcd-server)");
         let client = self.client_url();
         let peer = format!("http://127.0.0.1:{}", self.peer_port);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.path().join("etcd.log"))
-            .expect("open the etcd log");
-        let mut cmd = Command::new(bin);
-        cmd.arg("--name")
-            .arg("n1")
-            .arg("--data-dir")
-            .arg(self.dir.path().join("data"))
-            .arg("--listen-client-urls")
-            .arg(&client)
-            .arg("--advertise-client-urls")
-            .arg(&client)
-            .arg("--listen-peer-urls")
-            .arg(&peer)
-            .arg("--initial-advertise-peer-urls")
-            .arg(&peer)
-            .arg("--initial-cluster")
-            .arg(format!("n1={peer}"))
-            .arg("--initial-cluster-state")
-            .arg("new")
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
+        let mut cmd = member_command("n1", self.dir.path(), &client, &peer, &format!("n1={peer}"), "new");
         if let Some(tls) = &self.tls {
             cmd.arg("--cert-file").arg(&tls.cert).arg("--key-file").arg(&tls.key);
             if tls.client_certs {
@@ -309,27 +282,62 @@ impl EtcdServer {
         let p = spawn("etcd", &mut cmd);
         self.watchdog = Some(watchdog("etcd", p.pid(), self.dir.path()));
         self.process = Some(p);
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let ok = self
-                .etcdctl()
-                .args(["endpoint", "health", "--command-timeout=1s"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if ok {
-                return;
-            }
-            assert!(Instant::now() < until, "etcd did not become healthy on {} within 30 s", self.endpoint());
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_healthy(|| self.etcdctl(), Duration::from_secs(30), &format!("etcd on {}", self.endpoint()));
     }
 
     /// The server's log (stderr), for a failing test's message.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+}
+
+/// `etcd` as one member named `name` of the cluster `initial` (`name=PEER_URL,…`), joining it
+/// as `state` (`new` or `existing`): data in `dir/data`, stderr appended to `dir/etcd.log`,
+/// heartbeat 50 ms and election timeout 500 ms; for [`EtcdServer`] and
+/// [`EtcdCluster`](crate::EtcdCluster), which add flags of their own.
+///
+/// # Panics
+/// When `/usr/bin/etcd` is missing (the message names the setup command) or the log cannot be
+/// opened.
+pub(crate) fn member_command(name: &str, dir: &Path, client: &str, peer: &str, initial: &str, state: &str) -> Command {
+    let bin = PathBuf::from("/usr/bin/etcd");
+    assert!(bin.exists(), "etcd is not installed; run: bash scripts/setup.sh (installs Debian's etcd-server)");
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join("etcd.log")).expect("open the etcd log");
+    let mut cmd = Command::new(bin);
+    cmd.arg("--name")
+        .arg(name)
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--listen-client-urls", client, "--advertise-client-urls", client])
+        .args(["--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer])
+        .args(["--initial-cluster", initial, "--initial-cluster-state", state])
+        .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    cmd
+}
+
+/// Polls `etcdctl() endpoint health` until it succeeds.
+///
+/// # Panics
+/// When it does not within `limit`; the message names `what`.
+pub(crate) fn wait_healthy(etcdctl: impl Fn() -> Command, limit: Duration, what: &str) {
+    let until = Instant::now() + limit;
+    loop {
+        let ok = etcdctl()
+            .args(["endpoint", "health", "--command-timeout=1s"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            return;
+        }
+        assert!(Instant::now() < until, "{what} was not healthy within {limit:?}");
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

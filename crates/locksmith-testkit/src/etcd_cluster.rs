@@ -3,10 +3,10 @@
 //! heartbeat and election settings as [`EtcdServer`](crate::EtcdServer); every process killed
 //! by PID on drop.
 
-use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::etcd::{member_command, wait_healthy};
 use crate::port::free_port;
 use crate::process::{spawn, watchdog, ChildProcess};
 
@@ -107,30 +107,12 @@ impl EtcdCluster {
     }
 
     fn spawn_member(&mut self, i: usize, state: &str) {
-        let bin = PathBuf::from("/usr/bin/etcd");
-        assert!(bin.exists(), "etcd is not installed; run: bash scripts/setup.sh (installs Debian's etcd-server)");
         let initial = self.initial.clone();
         let m = &mut self.members[i];
         let client = format!("http://127.0.0.1:{}", m.port);
         let peer = format!("http://127.0.0.1:{}", m.peer_port);
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(m.dir.path().join("etcd.log"))
-            .expect("open the etcd log");
-        let mut cmd = Command::new(bin);
-        cmd.arg("--name")
-            .arg(&m.name)
-            .arg("--data-dir")
-            .arg(m.dir.path().join("data"))
-            .args(["--listen-client-urls", &client, "--advertise-client-urls", &client])
-            .args(["--listen-peer-urls", &peer, "--initial-advertise-peer-urls", &peer])
-            .args(["--initial-cluster", &initial, "--initial-cluster-state", state])
-            .args(["--initial-cluster-token", "locksmith-test"])
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(log);
+        let mut cmd = member_command(&m.name, m.dir.path(), &client, &peer, &initial, state);
+        cmd.args(["--initial-cluster-token", "locksmith-test"]);
         let p = spawn("etcd member", &mut cmd);
         m.watchdog = Some(watchdog("etcd member", p.pid(), m.dir.path()));
         m.process = Some(p);
@@ -147,23 +129,12 @@ impl EtcdCluster {
             .filter(|m| m.process.is_some())
             .map(|m| format!("http://127.0.0.1:{}", m.port))
             .collect();
-        let until = Instant::now() + limit;
-        loop {
-            let ok = Command::new("etcdctl")
-                .env("ETCDCTL_API", "3")
-                .arg(format!("--endpoints={}", endpoints.join(",")))
-                .args(["endpoint", "health", "--command-timeout=1s"])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if ok {
-                return;
-            }
-            assert!(Instant::now() < until, "the etcd cluster was not healthy within {limit:?}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let etcdctl = || {
+            let mut cmd = Command::new("etcdctl");
+            cmd.env("ETCDCTL_API", "3").arg(format!("--endpoints={}", endpoints.join(",")));
+            cmd
+        };
+        wait_healthy(etcdctl, limit, "the etcd cluster");
     }
 }
 

@@ -32,7 +32,7 @@ pub use native_cluster::NativeCluster;
 pub use native_raw::{RawRefusal, RawSession};
 pub use port::free_port;
 pub use postgres::{PostgresServer, POSTGRES_SETUP};
-pub use process::{spawn, ChildProcess};
+pub use process::{spawn, stdout_lines, temp_dir_for_process, ChildProcess, ProcessTempDir};
 pub use process_conformance::CliTarget;
 pub use redis::{interop_python, random_password, RedisServer, TlsMode, REDIS_SETUP, REDIS_TLS_USER};
 pub use zk::ZkServer;

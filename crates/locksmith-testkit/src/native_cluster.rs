@@ -7,8 +7,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::Signal;
-
 use crate::cluster_links::Links;
 use crate::port::{free_port, wait_listening};
 use crate::process::{spawn, watchdog, ChildProcess};
@@ -50,7 +48,7 @@ impl NativeCluster {
     /// Like [`start`](Self::start), with a fault proxy on every path: between each ordered pair
     /// of nodes (each node reaches the others through its own proxies, given as `--routes`) and
     /// in front of each node for clients ([`front_url`](Self::front_url)), so that a test can
-    /// [`isolate`](Self::isolate) a node or [`cut_front`](Self::cut_front) a client's path.
+    /// [`isolate`](Self::isolate) a node.
     ///
     /// # Panics
     /// As [`start`](Self::start), or when a proxy cannot bind a loopback port.
@@ -127,16 +125,7 @@ impl NativeCluster {
         self.links().isolate(id);
     }
 
-    /// Cuts the clients' path to node `id` (through [`front_url`](Self::front_url)).
-    ///
-    /// # Panics
-    /// When the cluster has no links.
-    pub fn cut_front(&self, id: u64) {
-        self.links().cut_front(id);
-    }
-
-    /// Ends every partition made with [`isolate`](Self::isolate) and
-    /// [`cut_front`](Self::cut_front).
+    /// Ends every partition made with [`isolate`](Self::isolate).
     ///
     /// # Panics
     /// When the cluster has no links.
@@ -176,11 +165,6 @@ impl NativeCluster {
 
     fn node_mut(&mut self, id: u64) -> &mut Node {
         self.nodes.iter_mut().find(|n| n.id == id).unwrap_or_else(|| panic!("no node {id}"))
-    }
-
-    /// Node `id`'s PID (0 when stopped).
-    pub fn pid(&self, id: u64) -> i32 {
-        self.node(id).process.as_ref().map(ChildProcess::pid).unwrap_or(0)
     }
 
     /// The node that serves clients now (the leader), if any: the one whose `status` answers.
@@ -241,13 +225,6 @@ impl NativeCluster {
         // Its watchdog goes with it: it must never kill a later process that got the same PID.
         if let Some(mut w) = node.watchdog.take() {
             w.kill9();
-        }
-    }
-
-    /// SIGSTOP (`true`) or SIGCONT (`false`) to node `id`.
-    pub fn pause(&self, id: u64, paused: bool) {
-        if let Some(p) = &self.node(id).process {
-            p.signal(if paused { Signal::SIGSTOP } else { Signal::SIGCONT });
         }
     }
 

@@ -1,13 +1,10 @@
 //! Beyond the mutex with real processes (DESIGN.md §4b): `locksmith run --permits` and
 //! `--shared`, `locksmith elect` (campaign, take-over, observe) and `locksmith status`, against
 //! any backend that offers them. A test file of locksmith-cli builds a [`CliTarget`] and expands
-//! [`primitives_process_suite!`](crate::primitives_process_suite) (or
-//! [`election_process_suite!`](crate::election_process_suite) for a backend with elections
-//! only).
+//! [`primitives_process_suite!`](crate::primitives_process_suite).
 //!
 //! Functions panic with a message naming the broken property; they are test code.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -17,7 +14,7 @@ use nix::sys::signal::Signal;
 
 use locksmith_core::conformance::unique;
 
-use crate::process::{spawn, ChildProcess};
+use crate::process::{spawn, stdout_lines, ChildProcess};
 use crate::CliTarget;
 
 /// `bin ARGS…` with its stdout lines delivered as they come.
@@ -25,14 +22,7 @@ fn start(bin: &Path, args: &[&str]) -> (ChildProcess, mpsc::Receiver<String>) {
     let mut cmd = Command::new(bin);
     cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
     let mut p = spawn("locksmith", &mut cmd);
-    let (tx, rx) = mpsc::channel();
-    if let Some(out) = p.take_stdout() {
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-    }
+    let rx = stdout_lines(&mut p);
     (p, rx)
 }
 
@@ -238,14 +228,5 @@ macro_rules! primitives_process_suite {
                 $crate::primitives_process::$name(&target).await;
             }
         )*
-    };
-}
-
-/// The election property alone, for a backend that offers elections but not read locks or
-/// semaphores.
-#[macro_export]
-macro_rules! election_process_suite {
-    ($make:expr) => {
-        $crate::primitives_process_suite!(@each $make; a_paused_leader_is_replaced_and_the_observer_sees_both_terms);
     };
 }

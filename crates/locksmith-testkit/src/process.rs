@@ -14,6 +14,22 @@ pub fn spawn(name: &str, cmd: &mut Command) -> ChildProcess {
     ChildProcess::spawn(name, cmd).unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"))
 }
 
+/// `p`'s stdout, line by line as it comes, read on a thread of its own (so a test can wait for
+/// a line with a timeout while the process runs). Empty when its stdout was not piped or was
+/// taken already.
+pub fn stdout_lines(p: &mut ChildProcess) -> std::sync::mpsc::Receiver<String> {
+    use std::io::BufRead;
+    let (tx, rx) = std::sync::mpsc::channel();
+    if let Some(out) = p.take_stdout() {
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    rx
+}
+
 /// A shell that kills `pid` (SIGKILL) and removes `dir` once the current (test) process is gone:
 /// a server shared by a whole test binary lives in a static and is never dropped.
 pub(crate) fn watchdog(name: &str, pid: i32, dir: &std::path::Path) -> ChildProcess {
@@ -40,6 +56,36 @@ pub(crate) fn remove_when_gone(name: &str, dir: &std::path::Path) -> ChildProces
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     spawn(&format!("{name} cleanup"), &mut wd)
+}
+
+/// A temp dir that lives as long as the test process: [`temp_dir_for_process`].
+#[derive(Debug)]
+pub struct ProcessTempDir {
+    dir: tempfile::TempDir,
+    /// Removes `dir` once the test process is gone; kept in a `static`, this value never drops.
+    _cleanup: ChildProcess,
+}
+
+impl ProcessTempDir {
+    /// The dir's path.
+    pub fn path(&self) -> &std::path::Path {
+        self.dir.path()
+    }
+}
+
+/// A fresh temp dir under `parent` (its name starts with `prefix`) that is removed when dropped
+/// or, when kept in a `static` (never dropped), once the test process is gone: for files a whole
+/// test binary shares, e.g. a SQLite database.
+///
+/// # Panics
+/// When the dir cannot be created or the cleanup shell cannot be started.
+pub fn temp_dir_for_process(parent: &std::path::Path, prefix: &str) -> ProcessTempDir {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir_in(parent)
+        .unwrap_or_else(|e| panic!("cannot create a temp dir in {}: {e}", parent.display()));
+    let cleanup = remove_when_gone(prefix, dir.path());
+    ProcessTempDir { dir, _cleanup: cleanup }
 }
 
 /// `(uid, gid)` of a system account, e.g. `postgres`, via `id`.

@@ -1,16 +1,16 @@
 //! A `locksmith run` process under test, with its output captured: stdout line by line (to
 //! read what the command printed while it runs), stderr whole (for messages and the loss line).
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
 
-use crate::process::{spawn, ChildProcess};
+use crate::process::{spawn, stdout_lines, ChildProcess};
 
 /// `locksmith run NAME --backend URL ARGS… -- sh -c SCRIPT`, killed on drop.
 #[derive(Debug)]
@@ -37,14 +37,7 @@ impl RunProcess {
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut process = spawn("locksmith run", &mut cmd);
-        let (tx, lines) = mpsc::channel();
-        if let Some(out) = process.take_stdout() {
-            std::thread::spawn(move || {
-                for line in BufReader::new(out).lines().map_while(Result::ok) {
-                    let _ = tx.send(line);
-                }
-            });
-        }
+        let lines = stdout_lines(&mut process);
         let stderr = Arc::new(Mutex::new(String::new()));
         if let Some(mut err) = process.take_stderr() {
             let sink = stderr.clone();

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::port::free_port;
-use crate::process::{spawn, ChildProcess};
+use crate::process::{spawn, watchdog, ChildProcess};
 
 /// How to get ZooKeeper when it is missing.
 pub const ZK_SETUP: &str = "bash scripts/setup.sh (installs Debian's zookeeper and a JDK)";
@@ -127,18 +127,8 @@ impl ZkServer {
             .stderr(Stdio::null());
         let p = spawn("zookeeper", &mut cmd);
         // A server shared by a whole test binary (a static) is never dropped: this watchdog kills
-        // it when the test process is gone.
-        let mut wd = Command::new("sh");
-        wd.arg("-c")
-            .arg(format!(
-                "while kill -0 {} 2>/dev/null; do sleep 1; done; kill -9 {} 2>/dev/null",
-                std::process::id(),
-                p.pid()
-            ))
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        self.watchdog = Some(spawn("zookeeper watchdog", &mut wd));
+        // it and removes its data dir when the test process is gone.
+        self.watchdog = Some(watchdog("zookeeper", p.pid(), self.dir.path()));
         let until = Instant::now() + Duration::from_secs(30);
         while !ruok(self.port) {
             assert!(Instant::now() < until, "zookeeper did not answer ruok on 127.0.0.1:{} within 30 s", self.port);

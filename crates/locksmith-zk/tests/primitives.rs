@@ -7,6 +7,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use locksmith::{HoldMode, LockOptions};
+use locksmith_core::conformance::until_status;
 use locksmith_testkit::ZkServer;
 use zookeeper_client as zk;
 
@@ -104,7 +105,10 @@ async fn status_shows_readers_lease_holders_permits_and_the_leaders_proposal() {
         let b = b.clone();
         tokio::spawn(async move { b.campaign("status/election", "beta", LockOptions::new()).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The three waiters queue in their own tasks: wait until each shows.
+    for name in ["status/rw", "status/sem", "status/election"] {
+        until_status(&a, name, |s| s.waiters == Some(1)).await;
+    }
 
     let st = a.status(Some("status/rw")).await.unwrap().remove(0);
     let readers: Vec<(HoldMode, u64)> = st.holders.iter().map(|h| (h.mode, h.token)).collect();
@@ -210,7 +214,8 @@ async fn a_leader_whose_session_ends_is_replaced_and_the_observer_sees_each() {
         let b = b.clone();
         tokio::spawn(async move { b.campaign(name, "b", LockOptions::new()).await.unwrap() })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // b must be the next candidate, queued, when a's session ends.
+    until_status(&o, name, |s| s.waiters == Some(1)).await;
     a.close().await;
     assert!(!first.is_held());
     let second = tokio::time::timeout(Duration::from_secs(5), second).await.unwrap().unwrap();

@@ -310,6 +310,31 @@ macro_rules! election_suite {
     };
 }
 
+/// The read/write lock properties alone, for a backend that offers read locks but not
+/// semaphores or elections (PostgreSQL's advisory mode), or that expands the others one by one.
+#[macro_export]
+macro_rules! rwlock_suite {
+    ($make:expr) => {
+        $crate::primitives_suite!(@each $make;
+            readers_share_and_never_overlap_a_writer,
+            a_writer_gets_in_while_readers_keep_arriving
+        );
+    };
+}
+
+/// The semaphore properties alone, for a backend that offers semaphores but not elections
+/// (Redis in every mode, the SQL databases' lease mode).
+#[macro_export]
+macro_rules! semaphore_suite {
+    ($make:expr) => {
+        $crate::primitives_suite!(@each $make;
+            a_semaphore_never_exceeds_its_permits,
+            a_permit_comes_back_when_its_holders_session_ends,
+            a_semaphore_in_use_refuses_another_number_of_permits
+        );
+    };
+}
+
 /// Expands one `#[tokio::test]` per property of the primitives beyond the mutex for the
 /// [`Target`] built by `$make` (a backend that offers read locks, semaphores and elections).
 #[macro_export]

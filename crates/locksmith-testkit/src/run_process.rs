@@ -86,6 +86,20 @@ impl RunProcess {
         self.stderr.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Stderr once it holds `needle`, or as it is after `timeout`. The reader thread may be
+    /// behind the exit (its pipe's end comes only when every process holding it is gone), so
+    /// a line written just before exiting is waited for, not assumed.
+    pub(crate) fn stderr_with(&self, needle: &str, timeout: Duration) -> String {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            let text = self.stderr();
+            if text.contains(needle) || std::time::Instant::now() >= until {
+                return text;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Waits for the exit.
     ///
     /// # Panics

@@ -13,7 +13,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use locksmith_testkit::{spawn, ChildProcess, MySqlServer, PostgresServer};
+use locksmith_testkit::{skew_clock, spawn, ChildProcess, MySqlServer, PostgresServer};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
@@ -21,30 +21,27 @@ const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 const TTL: &str = "2s";
 const NAME: &str = "skewed";
 
-/// `faketime -f SKEW …` with the monotonic clock unfaked.
-fn faketime(skew: &str) -> Command {
-    let mut c = Command::new("faketime");
-    c.args(["-f", skew]).env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+/// `program` with its wall clock skewed by `skew` (libfaketime), the monotonic clock unfaked.
+fn faketime(skew: &str, program: &str) -> Command {
+    let mut c = Command::new(program);
+    skew_clock(&mut c, skew);
     c
 }
 
 /// The skew is real: `date` under faketime is about `expect` seconds off ours. Without this the
 /// test could pass with faketime doing nothing.
 fn assert_skews(skew: &str, expect: i64) {
-    let out = faketime(skew)
-        .args(["date", "+%s"])
-        .output()
-        .unwrap_or_else(|e| panic!("faketime not found ({e}): run scripts/setup.sh (apt-get install faketime)"));
-    assert!(out.status.success(), "faketime failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = faketime(skew, "date").arg("+%s").output().unwrap_or_else(|e| panic!("cannot run date: {e}"));
+    assert!(out.status.success(), "date under libfaketime failed: {}", String::from_utf8_lossy(&out.stderr));
     let faked: i64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() as i64;
     assert!((faked - now - expect).abs() < 30, "faketime {skew}: {faked} vs {now}, expected {expect:+} s");
 }
 
-/// Processes to end by PID on drop (also when an assertion fails): the faketime wrapper (a
-/// `ChildProcess`, killed when dropped) and what it started.
+/// Processes to end by PID on drop (also when an assertion fails): `locksmith run` (a
+/// `ChildProcess`, killed when dropped) and its command.
 struct Procs {
-    _wrapper: ChildProcess,
+    _locksmith: ChildProcess,
     pids: Vec<i32>,
 }
 
@@ -60,14 +57,14 @@ impl Drop for Procs {
 /// PIDs of the `locksmith` process and of its command.
 fn start_holder(url: &str, skew: &str, dir: &Path) -> (Procs, i32) {
     let marker = dir.join(format!("holder{skew}"));
-    // The command records its parent (locksmith itself: faketime's wrapper forks) and its own pid.
+    // The command records its parent (locksmith itself) and its own pid.
     let script = format!("echo $PPID $$ > '{}.tmp' && mv '{0}.tmp' '{0}' && exec sleep 30", marker.display());
-    let mut cmd = faketime(skew);
-    cmd.args([BIN, "run", NAME, "--backend", url, "--ttl", TTL, "--timeout", "10s", "--", "sh", "-c", &script])
+    let mut cmd = faketime(skew, BIN);
+    cmd.args(["run", NAME, "--backend", url, "--ttl", TTL, "--timeout", "10s", "--", "sh", "-c", &script])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    let mut procs = Procs { _wrapper: spawn("faketime locksmith run", &mut cmd), pids: vec![] };
+    let mut procs = Procs { _locksmith: spawn("skewed locksmith run", &mut cmd), pids: vec![] };
     let until = Instant::now() + Duration::from_secs(10);
     let text = loop {
         if let Ok(t) = std::fs::read_to_string(&marker) {
@@ -121,8 +118,8 @@ async fn takeover_is_by_the_database_clock(url: &str, holder_skew: &str, contend
         Some(skew) => {
             // The command runs at the grant and exits at once: the process's exit is the grant
             // (plus its start-up, which only adds to the measured wait).
-            let out = faketime(skew)
-                .args([BIN, "run", NAME, "--backend", url, "--ttl", TTL, "--timeout", "5s", "--", "true"])
+            let out = faketime(skew, BIN)
+                .args(["run", NAME, "--backend", url, "--ttl", TTL, "--timeout", "5s", "--", "true"])
                 .stdin(Stdio::null())
                 .output()
                 .unwrap();

@@ -4,7 +4,7 @@
 //! database clock — not at once (as a lease computed from a clock an hour behind would), not an
 //! hour later (an hour ahead).
 //!
-//! The skewed client is this test binary run again under `faketime` (the helper test below does
+//! The skewed client is this test binary run again with libfaketime preloaded (the helper test below does
 //! nothing unless its environment variable is set), so no other binary is needed.
 //!
 //! PostgreSQL and MariaDB only: SQLite has no server, `julianday('now')` is each client's own
@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use locksmith::{HoldMode, LockOptions};
-use locksmith_testkit::{MySqlServer, PostgresServer};
+use locksmith_testkit::{skew_clock, MySqlServer, PostgresServer};
 
 const TTL: Duration = Duration::from_secs(2);
 const NAME: &str = "skewed-sem";
@@ -44,15 +44,13 @@ fn skewed_holder(url: &str, skew: &str) -> (u64, i64) {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let out = dir.path().join("granted");
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("{e}"));
-    let status = Command::new("faketime")
-        .args(["-f", skew])
-        .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
-        .arg(exe)
+    let mut cmd = Command::new(exe);
+    let status = skew_clock(&mut cmd, skew)
         .args(["--exact", "helper_a_skewed_client_takes_the_permit_and_crashes", "--test-threads=1", "--quiet"])
         .env(CHILD, format!("{url} {}", out.display()))
         .stdout(Stdio::null())
         .status()
-        .unwrap_or_else(|e| panic!("faketime not found ({e}): run scripts/setup.sh (apt-get install faketime)"));
+        .unwrap_or_else(|e| panic!("cannot run the skewed holder: {e}"));
     assert!(status.success(), "the skewed holder failed: {status}");
     let text = std::fs::read_to_string(&out).unwrap_or_else(|e| panic!("the skewed holder wrote nothing: {e}"));
     let mut parts = text.split_whitespace().map(|p| p.parse::<i64>().unwrap_or_else(|e| panic!("{text:?}: {e}")));

@@ -70,16 +70,7 @@ impl Inspector {
                 Kind::Reader => (data, HoldMode::Shared, None),
                 _ => (data, HoldMode::Exclusive, None),
             };
-            holders.push(
-                HolderStatus::new(
-                    format!("{:x}", stat.ephemeral_owner),
-                    owner,
-                    u64::try_from(stat.czxid).unwrap_or(0),
-                    Duration::ZERO,
-                )
-                .ttl_left_unknown()
-                .with_mode(mode, value),
-            );
+            holders.push(holder(&stat, owner, mode, value));
         }
         let last = holders.iter().map(|h| h.token).max().unwrap_or(0);
         let waiters = (cs.len() - n) as u64;
@@ -125,20 +116,8 @@ impl Inspector {
         let shown = permits.map_or(read.len(), |p| read.len().min(p as usize));
         let mode = HoldMode::Permit(permits.unwrap_or(u32::try_from(total).unwrap_or(u32::MAX)));
         let last = read.iter().map(|(_, s)| u64::try_from(s.czxid).unwrap_or(0)).max().unwrap_or(0);
-        let holders: Vec<HolderStatus> = read
-            .into_iter()
-            .take(shown)
-            .map(|(owner, stat)| {
-                HolderStatus::new(
-                    format!("{:x}", stat.ephemeral_owner),
-                    owner,
-                    u64::try_from(stat.czxid).unwrap_or(0),
-                    Duration::ZERO,
-                )
-                .ttl_left_unknown()
-                .with_mode(mode, None)
-            })
-            .collect();
+        let holders: Vec<HolderStatus> =
+            read.into_iter().take(shown).map(|(owner, stat)| holder(&stat, owner, mode, None)).collect();
         let locks = format!("{dir}/{}", layout::SEMAPHORE_LOCKS);
         let queued = match retry(|| self.client.list_children(&locks)).await {
             Ok(c) => contenders(c).len().saturating_sub(1),
@@ -205,4 +184,17 @@ impl Inspector {
         });
         rx
     }
+}
+
+/// A holder as ZooKeeper shows one: its session is the node's ephemeral owner, its token the
+/// node's creation zxid; ZooKeeper does not say how long a session has left.
+fn holder(stat: &zk::Stat, owner: String, mode: HoldMode, value: Option<String>) -> HolderStatus {
+    HolderStatus::new(
+        format!("{:x}", stat.ephemeral_owner),
+        owner,
+        u64::try_from(stat.czxid).unwrap_or(0),
+        Duration::ZERO,
+    )
+    .ttl_left_unknown()
+    .with_mode(mode, value)
 }

@@ -240,13 +240,8 @@ static STATUS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{QUEUE_LIB}{}",
         r"
-local t = redis.call('type', KEYS[1]).ok
-local last = redis.pcall('get', KEYS[4])
-if type(last) ~= 'string' then last = '0' end
-local out = {t, last, 0}
-if redis.call('exists', KEYS[5]) == 1 then
-  out[3] = redis.call('zcount', KEYS[6], num(math.floor(now_us() / 1000)), '+inf')
-end
+local out = status_head(KEYS[1], KEYS[4], KEYS[5], KEYS[6], math.floor(now_us() / 1000))
+local t = out[1]
 if t ~= 'hash' then return out end
 local mode = redis.call('hget', KEYS[1], 'mode')
 local pttl = redis.call('pttl', KEYS[1])

@@ -49,6 +49,15 @@ local function prune(q, d, w, now_ms)
     if w then redis.call('zrem', w, id) end
   end
 end
+-- What every status reply starts with: the key's type, the last token (its counter, '0' when
+-- missing) and the number of live waiters (0 when the queue is gone).
+local function status_head(key, counter, q, d, now_ms)
+  local last = redis.pcall('get', counter)
+  if type(last) ~= 'string' then last = '0' end
+  local live = 0
+  if redis.call('exists', q) == 1 then live = redis.call('zcount', d, num(now_ms), '+inf') end
+  return {redis.call('type', key).ok, last, live}
+end
 -- Drops the entries past their deadline; answers the live head's id (nil: no live waiter).
 local function live_head(q, d, now_ms)
   prune(q, d, nil, now_ms)

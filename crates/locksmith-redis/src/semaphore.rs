@@ -177,12 +177,10 @@ static STATUS: LazyLock<Script> = LazyLock::new(|| {
     Script::new(&format!(
         "{QUEUE_LIB}{}",
         r"
-local t = redis.call('type', KEYS[1]).ok
-local last = redis.pcall('get', KEYS[4])
-if type(last) ~= 'string' then last = '0' end
 local now_ms = math.floor(now_us() / 1000)
-local out = {t, last, 0, -1}
-if redis.call('exists', KEYS[5]) == 1 then out[3] = redis.call('zcount', KEYS[6], num(now_ms), '+inf') end
+local out = status_head(KEYS[1], KEYS[4], KEYS[5], KEYS[6], now_ms)
+local t = out[1]
+table.insert(out, -1)
 if t ~= 'string' then return out end
 local v = redis.call('get', KEYS[1])
 if not string.match(v, '^%-?%d+$') then return out end

@@ -51,14 +51,10 @@ pub(crate) async fn rwlock(
     ];
     let reply = shared.conn.run(&invocation(rwlock::status(), &keys.map(|k| k as &str), &[])).await?;
     let bad = || Error::Protocol(format!("redis: unexpected status reply {reply:?}"));
-    let Value::Array(items) = &reply else { return Err(bad()) };
-    let [ty, last, waiters, rest @ ..] = items.as_slice() else { return Err(bad()) };
-    let ty = as_text(ty).ok_or_else(bad)?;
+    let (ty, last_token, waiters, rest) = head(&reply).ok_or_else(bad)?;
     if ty != "none" && ty != "hash" {
         return Ok(Err(format!("redis: key {key:?} holds a {ty}, not a lock")));
     }
-    let last_token = token(last);
-    let waiters = as_int(waiters).and_then(|n| u64::try_from(n).ok()).ok_or_else(bad)?;
     let mut holders = Vec::new();
     for h in rest.chunks(4) {
         let [kind, field, record, left] = h else { return Err(bad()) };
@@ -95,11 +91,8 @@ pub(crate) async fn semaphore(
         [key, &l.timeout_set(key), &l.holders_key(key), &l.counter(Kind::Permit(1), key), &q.waiters, &q.deadlines];
     let reply = shared.conn.run(&invocation(semaphore::status(), &keys.map(|k| k as &str), &[])).await?;
     let bad = || Error::Protocol(format!("redis: unexpected status reply {reply:?}"));
-    let Value::Array(items) = &reply else { return Err(bad()) };
-    let [ty, last, waiters, permits, rest @ ..] = items.as_slice() else { return Err(bad()) };
-    let ty = as_text(ty).ok_or_else(bad)?;
-    let waiters = as_int(waiters).and_then(|n| u64::try_from(n).ok()).ok_or_else(bad)?;
-    let last_token = token(last);
+    let (ty, last_token, waiters, rest) = head(&reply).ok_or_else(bad)?;
+    let [permits, rest @ ..] = rest else { return Err(bad()) };
     if ty == "none" {
         return Ok(Ok(LockStatus::new(name.to_string(), None, waiters, last_token)));
     }
@@ -123,6 +116,14 @@ pub(crate) async fn semaphore(
     }
     let status = LockStatus::new(name.to_string(), None, waiters, last_token).with_holders(holders);
     Ok(Ok(status.with_permits(Some(permits))))
+}
+
+/// What the status scripts' replies start with (their `status_head`): the key's type, the last
+/// token, the live waiters; then the rest of the reply.
+fn head(reply: &Value) -> Option<(String, u64, u64, &[Value])> {
+    let Value::Array(items) = reply else { return None };
+    let [ty, last, waiters, rest @ ..] = items.as_slice() else { return None };
+    Some((as_text(ty)?, token(last), as_int(waiters).and_then(|n| u64::try_from(n).ok())?, rest))
 }
 
 /// A counter's value (0 if missing or not a number).

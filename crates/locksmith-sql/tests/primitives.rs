@@ -97,13 +97,7 @@ mod postgres_advisory {
     async fn every_grant_of_every_kind_takes_the_next_token() {
         let c = connect(&url()).await;
         let name = unique("tokens");
-        let mut last = 0;
-        for opts in [LockOptions::new(), LockOptions::new().shared(), LockOptions::new().shared(), LockOptions::new()] {
-            let g = c.lock_with(&name, opts).await.unwrap_or_else(|e| panic!("lock: {e}"));
-            assert!(g.token() > last, "token {} after {last}", g.token());
-            last = g.token();
-            assert!(g.unlock().await.unwrap_or(false));
-        }
+        writers_and_readers_take_the_next_token(&c, &name).await;
         let r = c.try_lock_with(&name, LockOptions::new().permits(2)).await;
         assert!(matches!(r, Err(locksmith::Error::Unsupported(_))), "{r:?}");
         c.close().await;
@@ -114,6 +108,17 @@ properties!(sqlite, sqlite_url());
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{:08x}", rand::random::<u32>())
+}
+
+/// A writer, two readers and a writer of `name` in turn: each grant's token is above the last.
+async fn writers_and_readers_take_the_next_token(c: &locksmith::Client, name: &str) {
+    let mut last = 0;
+    for opts in [LockOptions::new(), LockOptions::new().shared(), LockOptions::new().shared(), LockOptions::new()] {
+        let g = c.lock_with(name, opts).await.unwrap_or_else(|e| panic!("lock: {e}"));
+        assert!(g.token() > last, "token {} after {last}", g.token());
+        last = g.token();
+        assert!(g.unlock().await.unwrap_or(false));
+    }
 }
 
 async fn connect(url: &str) -> locksmith::Client {
@@ -263,13 +268,7 @@ async fn a_dropped_acquisition_of_a_permit_or_read_lock_leaves_no_row(url: &str)
 async fn every_grant_of_every_kind_takes_the_next_token(url: &str) {
     let c = connect(url).await;
     let name = unique("tokens");
-    let mut last = 0;
-    for opts in [LockOptions::new(), LockOptions::new().shared(), LockOptions::new().shared(), LockOptions::new()] {
-        let g = c.lock_with(&name, opts).await.unwrap_or_else(|e| panic!("lock: {e}"));
-        assert!(g.token() > last, "token {} after {last}", g.token());
-        last = g.token();
-        assert!(g.unlock().await.unwrap_or(false));
-    }
+    writers_and_readers_take_the_next_token(&c, &name).await;
     let sem = unique("tokens-sem");
     let g1 = c.lock_with(&sem, LockOptions::new().permits(2)).await.unwrap_or_else(|e| panic!("permit: {e}"));
     let g2 = c.lock_with(&sem, LockOptions::new().permits(2)).await.unwrap_or_else(|e| panic!("permit: {e}"));

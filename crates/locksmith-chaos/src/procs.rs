@@ -312,7 +312,8 @@ impl Cluster {
     pub(crate) async fn leader(&self) -> Option<u64> {
         let mut asks = tokio::task::JoinSet::new();
         for n in self.nodes.iter().filter(|n| n.proc.is_some()) {
-            let (id, url, lock) = (n.id, format!("locksmith://{}", n.addr), self.lock.clone());
+            // `follow=false`: a follower would otherwise send the call on to the leader.
+            let (id, url, lock) = (n.id, format!("locksmith://{}?follow=false", n.addr), self.lock.clone());
             asks.spawn(async move {
                 let client = locksmith::connect(&url).await.ok()?;
                 let answer = tokio::time::timeout(Duration::from_secs(1), client.status(Some(&lock))).await;

@@ -33,8 +33,8 @@ pub struct ClusterArgs {
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
     /// Show every node: id, address, role, whether it votes and (as the leader sees it) how far
-    /// its log is; the term and the leader.
-    Status(Target),
+    /// its log is and when it last answered; the term and the leader.
+    Status(StatusArgs),
     /// Add a node as a voter: as a learner until it has caught up with the log, then as a voter.
     /// Start it first with `locksmith serve --node-id ID --join`.
     Add(AddArgs),
@@ -53,6 +53,18 @@ pub struct Target {
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+/// Arguments of `locksmith cluster status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// How long to wait for the nodes: every node in --backend is asked at once, and the
+    /// answer comes from any that answered within it (the leader's view when it did); the
+    /// others are marked "no answer" (exit 69 when none answered).
+    #[arg(long, default_value = "3s", value_parser = duration_arg)]
+    pub connect_timeout: Duration,
+    #[command(flatten)]
+    target: Target,
 }
 
 /// Arguments of `locksmith cluster add`.
@@ -113,12 +125,13 @@ fn backend(context: &str, url: &str) -> Result<NativeBackend, ExitCode> {
     })
 }
 
-async fn status(t: Target) -> ExitCode {
+async fn status(args: StatusArgs) -> ExitCode {
+    let t = args.target;
     let b = match backend("cluster status", &t.backend) {
         Ok(b) => b,
         Err(code) => return code,
     };
-    match b.cluster_status().await {
+    match b.cluster_status_within(args.connect_timeout).await {
         Ok(s) if t.json => {
             println!("{}", status_json(&s));
             ExitCode::SUCCESS
@@ -218,20 +231,34 @@ fn print_status(s: &ClusterStatus) {
         );
         return;
     }
-    let rows: Vec<[String; 5]> = s
+    let leader_view = s.is_leader_view();
+    let rows: Vec<[String; 7]> = s
         .nodes
         .iter()
         .map(|n| {
+            let reach = match (n.unreachable, n.silent) {
+                (true, _) => "unreachable",
+                (false, true) => "no answer",
+                (false, false) if leader_view || n.id == s.node_id => "ok",
+                _ => "-",
+            };
+            let contact = match n.last_contact {
+                Some(t) => format!("{} ago", locksmith::format_duration(t)),
+                None if leader_view && n.id != s.node_id => "never".into(),
+                None => "-".into(),
+            };
             [
                 n.id.to_string(),
                 n.addr.clone(),
                 n.role.as_str().to_string(),
                 if n.voter { "yes" } else { "no" }.to_string(),
                 or_dash(n.matched_index),
+                reach.to_string(),
+                contact,
             ]
         })
         .collect();
-    print_table(&["NODE", "ADDRESS", "ROLE", "VOTER", "MATCHED"], &rows, |i| i == 4);
+    print_table(&["NODE", "ADDRESS", "ROLE", "VOTER", "MATCHED", "REACHABLE", "LAST CONTACT"], &rows, |i| i == 4);
     let leader = match (s.leader, &s.leader_addr) {
         (Some(id), Some(addr)) => format!("leader: node {id} at {addr}"),
         (Some(id), None) => format!("leader: node {id}"),
@@ -246,8 +273,8 @@ fn print_status(s: &ClusterStatus) {
     );
     if !s.is_leader_view() {
         println!(
-            "(node {}'s view: the leader could not be asked through --backend, and only the leader knows how far each \
-             node's log is)",
+            "(node {}'s view: the leader did not answer through --backend within --connect-timeout, and only the \
+             leader knows how far each node's log is and which nodes it cannot reach)",
             s.node_id
         );
     }
@@ -269,6 +296,9 @@ fn status_json(s: &ClusterStatus) -> serde_json::Value {
             "role": n.role.as_str(),
             "voter": n.voter,
             "matched_index": n.matched_index,
+            "last_contact_ms": n.last_contact.map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+            "unreachable": n.unreachable,
+            "no_answer": n.silent,
         })).collect::<Vec<_>>(),
     })
 }

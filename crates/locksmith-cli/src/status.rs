@@ -27,6 +27,9 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Bound on reaching the backend and getting its answer (exit 69 when it passes).
+    #[arg(long, default_value = "10s", value_parser = crate::duration_arg)]
+    pub connect_timeout: std::time::Duration,
 }
 
 /// Prints the status.
@@ -38,9 +41,16 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return exit::report("status", &e),
     };
-    let locks = match client.status(args.name.as_deref()).await {
-        Ok(l) => l,
-        Err(e) => return exit::report("status", &e),
+    let answer = tokio::time::timeout(args.connect_timeout, client.status(args.name.as_deref())).await;
+    let locks = match answer {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return exit::report("status", &e),
+        Err(_) => {
+            let message =
+                format!("no answer within --connect-timeout {}", locksmith::format_duration(args.connect_timeout));
+            let e = locksmith::Error::Unavailable { backend: client.backend().describe(), message };
+            return exit::report("status", &e);
+        }
     };
     if args.json {
         let rows: Vec<_> = locks.iter().map(json_row).collect();

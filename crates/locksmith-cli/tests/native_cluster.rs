@@ -128,25 +128,116 @@ async fn a_leader_killed_under_load_never_leaves_two_holders_and_holds_survive()
     println!("fail-overs: kill → next grant {unavailable:?} ms; {} grants", s.grants);
 }
 
-/// A URL naming only followers still reaches the leader: followers name it.
+/// A URL naming one follower works: the client follows the leader that node names, as with a
+/// DNS or load-balancer name that lands on any node; with `follow=false` it is told where the
+/// leader is instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_given_one_follower_is_sent_to_the_leader() {
     let c = shared();
     let leader = c.wait_for_leader(Duration::from_secs(10));
     let follower = c.ids().into_iter().find(|id| *id != leader).unwrap_or(leader);
-    // The follower's own address only: the leader it names is not in the URL, so the client
-    // cannot follow; it is told where the leader is.
     let out = std::process::Command::new(BIN)
-        .args(["status", "--backend", &c.node_url(follower)])
+        .args(["run", "cluster/one-follower", "--backend", &c.node_url(follower), "--"])
+        .args(["sh", "-c", "echo token=$LOCKSMITH_TOKEN"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stdout.trim().strip_prefix("token=").is_some_and(|t| t.parse::<u64>().is_ok()), "{stdout}");
+    // The library too, through the follower's address alone.
+    let client = locksmith::connect(&c.node_url(follower)).await.unwrap_or_else(|e| panic!("{e}"));
+    let g = client.lock("cluster/one-url").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(g.unlock().await.unwrap_or(false));
+    // follow=false keeps to that node, which says where the leader is.
+    let out = std::process::Command::new(BIN)
+        .args(["status", "--backend", &c.only_node_url(follower)])
         .output()
         .unwrap_or_else(|e| panic!("{e}"));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(69), "{stderr}");
     assert!(stderr.contains("does not lead the cluster; the leader is at 127.0.0.1:"), "{stderr}");
-    // With every node in the URL it just works.
-    let client = locksmith::connect(&c.url()).await.unwrap_or_else(|e| panic!("{e}"));
-    let g = client.lock("cluster/one-url").await.unwrap_or_else(|e| panic!("{e}"));
-    assert!(g.unlock().await.unwrap_or(false));
+}
+
+/// `locksmith cluster status --json` through `url` within `bound`: exit code, JSON, time taken.
+fn cluster_status(url: &str, bound: &str) -> (Option<i32>, serde_json::Value, Duration, String) {
+    let started = Instant::now();
+    let out = std::process::Command::new(BIN)
+        .args(["cluster", "status", "--json", "--connect-timeout", bound, "--backend", url])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let took = started.elapsed();
+    let json = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+    (out.status.code(), json, took, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// The node `id` of a `cluster status --json` answer.
+fn node(s: &serde_json::Value, id: u64) -> serde_json::Value {
+    s["nodes"].as_array().into_iter().flatten().find(|n| n["id"] == id).cloned().unwrap_or_default()
+}
+
+/// Hung nodes (SIGSTOP: connections accepted, nothing answered) cost a client a fraction of a
+/// second each, never its call: `run` with a paused node first in the URL acquires at once,
+/// and `cluster status` with two of three nodes paused answers within its bound from the live
+/// node and marks the others — unreachable in the leader's view, "no answer" otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hung_nodes_cost_a_fraction_of_a_second_and_cluster_status_marks_them() {
+    let c = NativeCluster::start(BIN.as_ref(), 3);
+    let leader = c.wait_for_leader(Duration::from_secs(10));
+    let followers: Vec<u64> = c.ids().into_iter().filter(|id| *id != leader).collect();
+    let (f1, f2) = (followers[0], followers[1]);
+    let url = |ids: &[u64]| format!("locksmith://{}", ids.iter().map(|id| c.addr(*id)).collect::<Vec<_>>().join(","));
+
+    // A paused follower listed first.
+    c.pause(f1);
+    let started = Instant::now();
+    let out = std::process::Command::new(BIN)
+        .args(["run", "hung/first", "--backend", &url(&[f1, leader, f2]), "--", "true"])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(took < Duration::from_millis(2_000), "run took {took:?} with a paused first node");
+    println!("run with a paused first node: {took:?}");
+
+    // Both followers paused for longer than an election timeout: the leader marks them.
+    c.pause(f2);
+    std::thread::sleep(Duration::from_millis(1_200));
+    let (code, s, took, err) = cluster_status(&url(&[f1, f2, leader]), "1s");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(took < Duration::from_millis(1_800), "cluster status took {took:?}");
+    assert_eq!((s["node_id"].as_u64(), s["leader_view"].as_bool()), (Some(leader), Some(true)), "{s}");
+    for f in [f1, f2] {
+        let n = node(&s, f);
+        assert_eq!(n["unreachable"], true, "{s}");
+        assert!(n["last_contact_ms"].as_u64().is_some_and(|ms| ms >= 1_000), "{s}");
+    }
+    assert_eq!(node(&s, leader)["unreachable"], false, "{s}");
+    println!("cluster status, two followers paused: {took:?}");
+
+    // The leader and one follower paused: the live follower answers within the bound, and the
+    // client marks the two that did not answer it.
+    c.resume(f1);
+    c.resume(f2);
+    std::thread::sleep(Duration::from_millis(500));
+    c.pause(leader);
+    c.pause(f1);
+    let (code, s, took, err) = cluster_status(&url(&[leader, f1, f2]), "1s");
+    assert_eq!(code, Some(0), "{err}");
+    assert!(took < Duration::from_millis(1_800), "cluster status took {took:?}");
+    assert_eq!((s["node_id"].as_u64(), s["leader_view"].as_bool()), (Some(f2), Some(false)), "{s}");
+    for id in [leader, f1] {
+        assert_eq!(node(&s, id)["no_answer"], true, "{s}");
+    }
+    assert_eq!(node(&s, f2)["no_answer"], false, "{s}");
+    let table = std::process::Command::new(BIN)
+        .args(["cluster", "status", "--connect-timeout", "1s", "--backend", &url(&[leader, f1, f2])])
+        .output()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let table = String::from_utf8_lossy(&table.stdout);
+    assert_eq!(table.matches("no answer").count(), 2, "{table}");
+    println!("cluster status, leader and a follower paused: {took:?}");
+    c.resume(leader);
+    c.resume(f1);
 }
 
 /// The leader cut off from the other nodes (a blackhole both ways) while its clients still reach

@@ -169,12 +169,15 @@ async fn status_add_and_remove_from_any_node() {
     assert!(table.starts_with("NODE  ADDRESS"), "{table}");
     assert!(table.contains(&format!("leader: node {leader} at {}", c.addr(leader))), "{table}");
 
-    // A follower alone: its own view, without matched indexes.
+    // A follower's URL: the client follows the leader it names, and shows the leader's view.
     let follower = c.ids().into_iter().find(|id| *id != leader).unwrap_or(leader);
     let s = status_json(&c, Some(&c.node_url(follower)));
+    assert_eq!((s["node_id"].as_u64(), s["leader_view"].as_bool()), (Some(leader), Some(true)), "{s}");
+    // The follower alone (follow=false): its own view, without matched indexes.
+    let s = status_json(&c, Some(&c.only_node_url(follower)));
     assert_eq!((s["node_id"].as_u64(), s["leader_view"].as_bool()), (Some(follower), Some(false)), "{s}");
     assert_eq!(s["leader"], leader, "{s}");
-    let table = ok(&c, &["status"], Some(&c.node_url(follower)));
+    let table = ok(&c, &["status"], Some(&c.only_node_url(follower)));
     assert!(table.contains("only the leader knows"), "{table}");
 
     // Nobody listens at node 9's address: it stays a learner, and is removed again.

@@ -4,6 +4,7 @@
 //! the `locksmith-leader` hint of a node that does not lead, and a status prefers the leader's
 //! view (only the leader knows how far each node's log is).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use locksmith_core::Error;
@@ -11,7 +12,8 @@ use locksmith_proto::cluster_client::ClusterClient;
 use locksmith_proto::cluster_node::Role as PbRole;
 use locksmith_proto::{AddNodeRequest, ClusterStatusRequest, RemoveNodeRequest};
 
-use crate::grpc::{Failed, GrpcConnector, CONNECT_TIMEOUT};
+use crate::grpc::{Failed, GrpcConnector, Peer, CONNECT_TIMEOUT};
+use crate::route::NodeBound;
 use crate::NativeBackend;
 
 /// What a member does in the cluster, as the reporting node sees it.
@@ -51,6 +53,15 @@ pub struct ClusterNode {
     pub voter: bool,
     /// The last log index the leader knows it stored; only in the leader's view.
     pub matched_index: Option<u64>,
+    /// How long ago it last answered the leader; only in the leader's view (`None` for the
+    /// leader, and for a node that never answered it).
+    pub last_contact: Option<Duration>,
+    /// The leader has had no answer from it for longer than an election timeout; only in the
+    /// leader's view.
+    pub unreachable: bool,
+    /// It did not answer this client's status call within the bound (`false` when it was not
+    /// asked: a node reported by the others, or the status came from the leader first).
+    pub silent: bool,
 }
 
 /// One node's view of the cluster.
@@ -155,16 +166,33 @@ pub enum ClusterError {
 }
 
 impl NativeBackend {
-    /// A node's view of the cluster: the leader's when it can be reached through this
-    /// backend's addresses (the leader a node names is asked first, then the other nodes),
-    /// otherwise that of the first node that answered.
+    /// A node's view of the cluster within [`CONNECT_TIMEOUT`] × 2 (see
+    /// [`cluster_status_within`](Self::cluster_status_within)).
+    ///
+    /// # Errors
+    /// As [`cluster_status_within`](Self::cluster_status_within).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: read only.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, ClusterError> {
+        self.cluster_status_within(CONNECT_TIMEOUT * 2).await
+    }
+
+    /// A node's view of the cluster, within `limit`: every node this backend knows is asked
+    /// at once, and the leader's view (the only one with each node's progress, last contact
+    /// and reachability) is the answer as soon as it comes; a leader that a node names but
+    /// the backend had not asked is asked next. Otherwise, once every node answered or
+    /// `limit` passed, the view of the answering node with the highest term. Nodes that did not
+    /// answer within `limit` are marked [`silent`](ClusterNode::silent): a node or two that
+    /// hang cost `limit`, never the answer.
     ///
     /// ```no_run
     /// # async fn show() -> Result<(), Box<dyn std::error::Error>> {
     /// let url = "locksmith://10.0.0.1:7531,10.0.0.2:7531,10.0.0.3:7531";
-    /// let status = locksmith_native::NativeBackend::from_url(url)?.cluster_status().await?;
+    /// let backend = locksmith_native::NativeBackend::from_url(url)?;
+    /// let status = backend.cluster_status_within(std::time::Duration::from_secs(2)).await?;
     /// for n in &status.nodes {
-    ///     println!("{} {} {} matched={:?}", n.id, n.addr, n.role.as_str(), n.matched_index);
+    ///     println!("{} {} {} unreachable={}", n.id, n.addr, n.role.as_str(), n.unreachable || n.silent);
     /// }
     /// # Ok(())
     /// # }
@@ -176,39 +204,70 @@ impl NativeBackend {
     ///
     /// # Cancel safety
     /// Cancel safe: read only.
-    pub async fn cluster_status(&self) -> Result<ClusterStatus, ClusterError> {
+    pub async fn cluster_status_within(&self, limit: Duration) -> Result<ClusterStatus, ClusterError> {
+        use futures_util::stream::{FuturesUnordered, StreamExt};
         let inner = &self.inner;
-        let status = inner
-            .on_leader_raw(CONNECT_TIMEOUT * 2, |channel| {
-                let request = inner.request(ClusterStatusRequest {});
-                async move { ClusterClient::new(channel).status(request).await }
-            })
-            .await;
-        let status = match status {
-            Ok(s) => from_pb(s.into_inner()),
-            Err(f) => return Err(cluster_error(inner, f).await),
-        };
-        if status.is_leader_view() {
-            return Ok(status);
-        }
-        // Another node answered: ask the leader it names, then the other nodes, for the
-        // leader's own view (only it knows how far each node's log is).
-        let answered = status.nodes.iter().find(|n| n.id == status.node_id).map(|n| n.addr.as_str());
-        let named = status.leader_addr.as_deref();
-        let mut others: Vec<_> = inner.peers.iter().filter(|p| Some(p.addr.as_str()) != answered).collect();
-        others.sort_by_key(|p| Some(p.addr.as_str()) != named);
-        for peer in others {
+        let deadline = tokio::time::Instant::now() + limit;
+        let ask = |peer: Arc<Peer>| async move {
             let mut client = ClusterClient::new(peer.channel());
             let call = client.status(inner.request(ClusterStatusRequest {}));
-            if let Ok(Ok(answer)) = tokio::time::timeout(CONNECT_TIMEOUT, call).await {
-                let view = from_pb(answer.into_inner());
-                if view.is_leader_view() {
-                    return Ok(view);
+            let answer = match tokio::time::timeout_at(deadline, call).await {
+                Ok(Ok(a)) => Ok(from_pb(a.into_inner())),
+                Ok(Err(status)) => Err(status),
+                Err(_) => Err(tonic::Status::unavailable(format!("{} did not answer within {limit:?}", peer.addr))),
+            };
+            (peer, answer)
+        };
+        let mut asked: Vec<String> = Vec::new();
+        let mut calls = FuturesUnordered::new();
+        for peer in inner.peers() {
+            asked.push(peer.addr.clone());
+            calls.push(ask(peer));
+        }
+        let mut best: Option<ClusterStatus> = None;
+        let mut failures: Vec<Failed> = Vec::new();
+        let mut answered: Vec<String> = Vec::new();
+        while let Some((peer, answer)) = calls.next().await {
+            let view = match answer {
+                Ok(view) => view,
+                Err(status) => {
+                    failures.push(Failed { peer: Some(peer), status });
+                    continue;
+                }
+            };
+            answered.push(peer.addr.clone());
+            if view.is_leader_view() {
+                return Ok(view);
+            }
+            // A leader named but not asked (a URL naming one node, or a node added since).
+            if let Some(addr) = view.leader_addr.as_deref().filter(|a| !asked.iter().any(|x| x == a)) {
+                if let Some(leader) = inner.follow_hint(addr) {
+                    asked.push(leader.addr.clone());
+                    calls.push(ask(leader));
+                }
+            }
+            if best.as_ref().is_none_or(|b| view.term > b.term) {
+                best = Some(view);
+            }
+        }
+        match best {
+            Some(mut view) => {
+                for n in &mut view.nodes {
+                    n.silent = asked.contains(&n.addr) && !answered.contains(&n.addr);
+                }
+                Ok(view)
+            }
+            None => {
+                // A refusal (not a cluster, credentials) says more than a node that is down.
+                let first = failures.iter().position(|f| f.status.code() != tonic::Code::Unavailable).unwrap_or(0);
+                match failures.into_iter().nth(first) {
+                    Some(f) => Err(cluster_error(inner, f).await),
+                    None => {
+                        Err(ClusterError::Client(Error::Internal("a native backend without a server address".into())))
+                    }
                 }
             }
         }
-        // The first node's view is still an answer.
-        Ok(status)
     }
 
     /// Adds node `id`, listening at `addr` (`host:port`, started with `locksmith serve
@@ -230,7 +289,7 @@ impl NativeBackend {
         let inner = &self.inner;
         let req = AddNodeRequest { id, addr: addr.to_string(), timeout_ms: timeout_ms(timeout) };
         let answer = inner
-            .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, |channel| {
+            .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, NodeBound::Whole, |channel| {
                 let request = inner.request(req.clone());
                 async move { ClusterClient::new(channel).add_node(request).await }
             })
@@ -257,7 +316,7 @@ impl NativeBackend {
         let inner = &self.inner;
         let req = RemoveNodeRequest { id, timeout_ms: timeout_ms(timeout) };
         let answer = inner
-            .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, |channel| {
+            .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, NodeBound::Whole, |channel| {
                 let request = inner.request(req);
                 async move { ClusterClient::new(channel).remove_node(request).await }
             })
@@ -313,7 +372,16 @@ fn from_pb(s: locksmith_proto::ClusterStatus) -> ClusterStatus {
                 _ if n.voter => NodeRole::Follower,
                 _ => NodeRole::Learner,
             };
-            ClusterNode { id: n.id, addr: n.addr, role, voter: n.voter, matched_index: n.matched_index }
+            ClusterNode {
+                id: n.id,
+                addr: n.addr,
+                role,
+                voter: n.voter,
+                matched_index: n.matched_index,
+                last_contact: n.last_contact_ms.map(Duration::from_millis),
+                unreachable: n.unreachable,
+                silent: false,
+            }
         })
         .collect();
     ClusterStatus {

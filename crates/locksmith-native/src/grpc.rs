@@ -2,8 +2,8 @@
 //! `locksmiths://host:port[?ca=FILE&cert=FILE&key=FILE]` (or `locksmith://…?tls=true`) over TLS.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -17,8 +17,9 @@ use tonic::metadata::{Ascii, MetadataValue};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 
 use crate::mux::{Connector, StreamSession, Transport};
+use crate::route::NodeBound;
 
-/// How long to wait for a TCP connection before calling the server unreachable.
+/// How long a call may take to find a serving node before the server is called unreachable.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The native backend.
@@ -30,10 +31,19 @@ pub struct NativeBackend {
 #[derive(Debug)]
 pub(crate) struct GrpcConnector {
     pub(crate) url: String,
-    /// One server, or the nodes of a cluster (calls go to the one that leads).
-    pub(crate) peers: Vec<Peer>,
+    /// One server, or the nodes of a cluster (calls go to the one that leads): the URL's, then
+    /// those learned by following a leader hint (see `route`). Only ever grows.
+    pub(crate) peers: Mutex<Vec<Arc<Peer>>>,
+    /// The URL named one node (a DNS or load-balancer name, any member): follow the leader it
+    /// names to an address the URL does not have, and learn the cluster's members. A URL
+    /// listing nodes is a fixed list of routes (fault proxies, tunnels) and never leaves it.
+    pub(crate) follow: bool,
+    /// The members were learned already (once per backend).
+    pub(crate) learned: AtomicBool,
+    /// The URL's TLS files, for the nodes learned from hints.
+    pub(crate) tls: Option<TlsFiles>,
     /// The peer calls go to first: the last one that answered, or that a node named leader.
-    current: AtomicUsize,
+    pub(crate) current: AtomicUsize,
     /// `authorization: Bearer …` for every call. A secret: the connector's `Debug` skips it.
     token: Option<MetadataValue<Ascii>>,
 }
@@ -56,13 +66,13 @@ impl Peer {
         self.channel.get_or_init(|| self.endpoint.connect_lazy()).clone()
     }
 
-    fn fresh(&self) -> Self {
-        Self {
+    fn fresh(&self) -> Arc<Self> {
+        Arc::new(Self {
             addr: self.addr.clone(),
             endpoint: self.endpoint.clone(),
             channel: OnceLock::new(),
             tls: self.tls.clone(),
-        }
+        })
     }
 }
 
@@ -90,8 +100,13 @@ impl NativeBackend {
     /// ```
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`] for another scheme, several hosts, credentials, a path or other
-    /// options; [`Error::Config`] for a TLS file that cannot be read.
+    /// [`Error::InvalidUrl`] for another scheme, credentials, a path or other options;
+    /// [`Error::Config`] for a TLS file that cannot be read.
+    ///
+    /// A URL naming one node (any member of a cluster, or a name that lands on any) follows the
+    /// leader that node names, with the same TLS files and token, and learns the members the
+    /// cluster reports; `follow=false` keeps to that one address. A URL listing several nodes
+    /// keeps to them (each may be a proxy or a tunnel): list them all.
     pub fn from_url(url: &str) -> Result<Self> {
         let mut u = BackendUrl::parse(url)?;
         if u.scheme().base != "locksmith" {
@@ -106,6 +121,11 @@ impl NativeBackend {
                 None => None,
             },
         };
+        let follow = match u.take_option("follow").as_deref() {
+            None | Some("true" | "1" | "yes") => true,
+            Some("false" | "0" | "no") => false,
+            Some(other) => return Err(u.invalid(format!("follow={other:?}: expected true or false"))),
+        };
         u.refuse_extras(false, false, false)?;
         let hosts: Vec<(String, u16)> = u.hosts().iter().map(|h| (h.host.clone(), h.port)).collect();
         if hosts.is_empty() {
@@ -118,6 +138,7 @@ impl NativeBackend {
         let mut backend = Self::build(hosts, tls, describe)?;
         if let Some(inner) = Arc::get_mut(&mut backend.inner) {
             inner.token = token;
+            inner.follow &= follow;
         }
         Ok(backend)
     }
@@ -132,7 +153,10 @@ impl NativeBackend {
             .ok_or_else(|| Error::InvalidArgument("locksmith: the token is not printable ASCII".into()))?;
         let inner = GrpcConnector {
             url: self.inner.url.clone(),
-            peers: self.inner.peers.iter().map(Peer::fresh).collect(),
+            peers: Mutex::new(self.inner.peers().iter().map(|p| p.fresh()).collect()),
+            follow: self.inner.follow,
+            learned: AtomicBool::new(false),
+            tls: self.inner.tls.clone(),
             current: AtomicUsize::new(self.inner.current.load(Ordering::Relaxed)),
             token: Some(value),
         };
@@ -155,14 +179,24 @@ impl NativeBackend {
     }
 
     fn build(hosts: Vec<(String, u16)>, tls: Option<TlsFiles>, url: String) -> Result<Self> {
+        let follow = hosts.len() == 1;
         let peers = hosts
             .into_iter()
-            .map(|(host, port)| Self::peer(host, port, tls.clone(), &url))
+            .map(|(host, port)| Self::peer(host, port, tls.clone(), &url).map(Arc::new))
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self { inner: Arc::new(GrpcConnector { url, peers, current: AtomicUsize::new(0), token: None }) })
+        let inner = GrpcConnector {
+            url,
+            peers: Mutex::new(peers),
+            follow,
+            learned: AtomicBool::new(false),
+            tls,
+            current: AtomicUsize::new(0),
+            token: None,
+        };
+        Ok(Self { inner: Arc::new(inner) })
     }
 
-    fn peer(host: String, port: u16, tls: Option<TlsFiles>, url: &str) -> Result<Peer> {
+    pub(crate) fn peer(host: String, port: u16, tls: Option<TlsFiles>, url: &str) -> Result<Peer> {
         let bad = |e: tonic::transport::Error| Error::InvalidUrl {
             url: url.to_string(),
             reason: locksmith_core::error_chain(&e),
@@ -215,30 +249,11 @@ fn bearer(token: &str) -> Option<MetadataValue<Ascii>> {
     Some(value)
 }
 
-/// A call that failed at `peer` (an index into the connector's peers) with `status`.
+/// A call that failed at `peer` (none: the backend has no address at all) with `status`.
 #[derive(Debug)]
 pub(crate) struct Failed {
-    pub(crate) peer: usize,
+    pub(crate) peer: Option<Arc<Peer>>,
     pub(crate) status: tonic::Status,
-}
-
-/// Whether a call's status refuses the request itself (its input, its credentials, what it
-/// asks of this server), so that asking another node cannot help.
-fn refused(code: tonic::Code) -> bool {
-    use tonic::Code as C;
-    matches!(
-        code,
-        C::InvalidArgument
-            | C::Unauthenticated
-            | C::PermissionDenied
-            | C::FailedPrecondition
-            | C::Unimplemented
-            | C::Aborted
-            | C::DeadlineExceeded
-            | C::AlreadyExists
-            | C::NotFound
-            | C::OutOfRange
-    )
 }
 
 impl GrpcConnector {
@@ -286,10 +301,15 @@ impl GrpcConnector {
 
     /// What a failed call means (see [`transport_error`](Self::transport_error)).
     pub(crate) async fn failure(&self, f: &Failed) -> Error {
-        match self.peers.get(f.peer) {
+        match &f.peer {
             Some(peer) => self.transport_error(peer, &f.status).await,
-            None => Error::Internal("a failed call at a server address the backend does not have".into()),
+            None => Error::Internal(f.status.message().to_string()),
         }
+    }
+
+    /// The peers as they are now.
+    pub(crate) fn peers(&self) -> Vec<Arc<Peer>> {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Runs `call` on the peer that leads (see [`on_leader_raw`](Self::on_leader_raw)) and
@@ -299,57 +319,9 @@ impl GrpcConnector {
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
-        match self.on_leader_raw(limit, call).await {
+        match self.on_leader_raw(limit, NodeBound::Short, call).await {
             Ok(v) => Ok(v),
             Err(f) => Err(self.failure(&f).await),
-        }
-    }
-
-    /// Runs `call` on the peer that leads: first the current one; a node that does not lead and
-    /// names the leader sends it there, one that cannot be reached (or knows no leader yet, in
-    /// an election) to the next listed node. A cluster is tried round after round, with a short
-    /// pause between rounds, until `limit` has passed; a single server is tried once, within
-    /// `limit`. A refusal of the request itself ends it at once. Returns the last failure as
-    /// the server said it.
-    pub(crate) async fn on_leader_raw<T, F, Fut>(&self, limit: Duration, mut call: F) -> std::result::Result<T, Failed>
-    where
-        F: FnMut(Channel) -> Fut,
-        Fut: Future<Output = std::result::Result<T, tonic::Status>>,
-    {
-        let n = self.peers.len().max(1);
-        let deadline = tokio::time::Instant::now() + limit;
-        let mut pause = Duration::from_millis(25);
-        let mut since_round = 0;
-        loop {
-            let i = self.current.load(Ordering::Relaxed) % n;
-            let Some(peer) = self.peers.get(i) else {
-                let status = tonic::Status::internal("a native backend without a server address");
-                return Err(Failed { peer: i, status });
-            };
-            let failure = match tokio::time::timeout_at(deadline, call(peer.channel())).await {
-                Ok(Ok(v)) => return Ok(v),
-                Ok(Err(s)) => s,
-                Err(_) => tonic::Status::unavailable("no answer"),
-            };
-            // Anything but a refusal of the request may be this node alone: a connection
-            // refused or reset, no answer, a node that does not lead.
-            if n == 1 || refused(failure.code()) || tokio::time::Instant::now() >= deadline {
-                return Err(Failed { peer: i, status: failure });
-            }
-            let hinted = failure
-                .metadata()
-                .get(locksmith_proto::LEADER_HEADER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|leader| self.peers.iter().position(|p| p.addr == leader))
-                .filter(|j| *j != i);
-            self.current.store(hinted.unwrap_or((i + 1) % n), Ordering::Relaxed);
-            since_round += 1;
-            if hinted.is_none() && since_round >= n {
-                // Every node said no: an election is under way. Wait a moment.
-                since_round = 0;
-                tokio::time::sleep(pause.min(deadline.saturating_duration_since(tokio::time::Instant::now()))).await;
-                pause = (pause * 2).min(Duration::from_millis(250));
-            }
         }
     }
 }

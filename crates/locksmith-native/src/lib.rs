@@ -16,6 +16,7 @@ mod grpc;
 #[cfg(feature = "memory")]
 mod memory;
 mod mux;
+mod route;
 
 pub use cluster::{ClusterError, ClusterNode, ClusterStatus, NodeAdded, NodeRemoved, NodeRole};
 pub use grpc::{NativeBackend, TOKEN_FILE_ENV};

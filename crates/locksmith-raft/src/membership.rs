@@ -33,6 +33,12 @@ pub struct Member {
     /// The last log index the leader knows to be stored on it. Only the leader knows: `None`
     /// in any other node's view, and on the leader until the member first answered.
     pub matched: Option<u64>,
+    /// How long ago the member last answered the leader: only in the leader's view (`None`
+    /// for the leader itself, and for a member that never answered it).
+    pub last_contact: Option<std::time::Duration>,
+    /// The leader has had no answer from it for longer than an election timeout (or never):
+    /// only in the leader's view.
+    pub unreachable: bool,
 }
 
 /// One node's view of the cluster, from its Raft state now. Any node has one; only the
@@ -112,6 +118,8 @@ impl ClusterView {
                     role,
                     voter,
                     matched: if is_leader { progress(id) } else { None },
+                    last_contact: None,
+                    unreachable: false,
                 }
             })
             .collect();

@@ -29,6 +29,7 @@ use crate::membership::Added;
 use crate::membership::ClusterView;
 use crate::membership::Removed;
 use crate::network::pb::raft_server::RaftServer;
+use crate::network::Contacts;
 use crate::network::Network;
 use crate::network::RaftService;
 use crate::state_machine::Replica;
@@ -53,6 +54,8 @@ pub struct RaftNode<M> {
     leadership: watch::Receiver<Leadership>,
     election_timeout: Duration,
     heartbeat: Duration,
+    /// When each peer last answered this node (its members' last contact).
+    contacts: Contacts,
     /// The leadership watch, and a delayed initialization: ended with the node.
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -128,6 +131,7 @@ impl<M: Replicated> RaftNode<M> {
             config.unreachable_backoff,
             config.routes.clone(),
         );
+        let contacts = network.contacts();
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
@@ -167,6 +171,7 @@ impl<M: Replicated> RaftNode<M> {
             leadership,
             election_timeout: config.election_timeout_max,
             heartbeat: config.heartbeat,
+            contacts,
             tasks,
         })
     }
@@ -374,9 +379,17 @@ impl<M> RaftNode<M> {
     }
 
     /// This node's view of the cluster now: members, roles, the leader, log indexes (and, on
-    /// the leader, each member's matched index).
+    /// the leader, each member's matched index, last contact, and whether it is unreachable:
+    /// no answer for longer than an election timeout).
     pub fn cluster(&self) -> ClusterView {
-        ClusterView::from_metrics(&self.raft.metrics().borrow())
+        let mut view = ClusterView::from_metrics(&self.raft.metrics().borrow());
+        if view.is_leader {
+            for m in view.members.iter_mut().filter(|m| m.id != self.id) {
+                m.last_contact = self.contacts.since(m.id);
+                m.unreachable = m.last_contact.is_none_or(|t| t > self.election_timeout);
+            }
+        }
+        view
     }
 
     /// openraft's full metrics (log indexes, replication progress, membership).

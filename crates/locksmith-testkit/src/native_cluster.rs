@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use nix::sys::signal::Signal;
+
 use crate::cluster_links::Links;
 use crate::port::{free_port, wait_listening};
 use crate::process::{spawn, watchdog, ChildProcess};
@@ -105,15 +107,16 @@ impl NativeCluster {
         hosts.join(",")
     }
 
-    /// `locksmith://…` through the client proxies of nodes `ids` (a cluster started with
-    /// links).
+    /// `locksmith://…?follow=false` through the client proxies of nodes `ids` (a cluster
+    /// started with links): a client keeps to these paths, also when a node names a leader
+    /// elsewhere, so that a partition cuts it off as it would be.
     ///
     /// # Panics
     /// When the cluster has no links.
     pub fn front_url(&self, ids: &[u64]) -> String {
         let links = self.links();
         let hosts: Vec<String> = ids.iter().map(|id| links.front(*id).to_string()).collect();
-        format!("locksmith://{}", hosts.join(","))
+        format!("locksmith://{}?follow=false", hosts.join(","))
     }
 
     /// Cuts node `id` off from the other nodes, both ways (connections stall as over a real
@@ -137,9 +140,17 @@ impl NativeCluster {
         self.links.as_ref().expect("a cluster started with NativeCluster::start_with_links")
     }
 
-    /// The URL of node `id` alone.
+    /// The URL of node `id` alone (a client follows the leader it names).
     pub fn node_url(&self, id: u64) -> String {
         self.with_query(format!("locksmith://{}", self.addr(id)))
+    }
+
+    /// The URL of node `id` alone, not following the leader it names (`follow=false`): what
+    /// that node itself answers.
+    pub fn only_node_url(&self, id: u64) -> String {
+        let url = self.node_url(id);
+        let sep = if url.contains('?') { '&' } else { '?' };
+        format!("{url}{sep}follow=false")
     }
 
     /// Node `id`'s address, `127.0.0.1:PORT` (as `locksmith cluster add` takes it).
@@ -171,7 +182,7 @@ impl NativeCluster {
     pub fn leader(&self) -> Option<u64> {
         self.nodes.iter().filter(|n| n.process.is_some()).find_map(|n| {
             let out = Command::new(&self.bin)
-                .args(["status", "--backend", &self.node_url(n.id)])
+                .args(["status", "--backend", &self.only_node_url(n.id)])
                 .stdin(Stdio::null())
                 .stderr(Stdio::null())
                 .output()
@@ -202,7 +213,7 @@ impl NativeCluster {
         let mut out = String::new();
         for n in &self.nodes {
             let answer = Command::new(&self.bin)
-                .args(["status", "--backend", &format!("locksmith://127.0.0.1:{}", n.port)])
+                .args(["status", "--backend", &format!("locksmith://127.0.0.1:{}?follow=false", n.port)])
                 .stdin(Stdio::null())
                 .output()
                 .map(|o| format!("{}: {}", o.status, String::from_utf8_lossy(&o.stderr).trim()))
@@ -216,10 +227,25 @@ impl NativeCluster {
         out
     }
 
-    /// `kill -9` of node `id`; its data dir stays.
+    /// SIGSTOP of node `id`: it keeps its connections and answers nothing (a hung host).
+    pub fn pause(&self, id: u64) {
+        if let Some(p) = &self.node(id).process {
+            p.signal(Signal::SIGSTOP);
+        }
+    }
+
+    /// SIGCONT after [`pause`](Self::pause).
+    pub fn resume(&self, id: u64) {
+        if let Some(p) = &self.node(id).process {
+            p.signal(Signal::SIGCONT);
+        }
+    }
+
+    /// `kill -9` of node `id` (continued first, if paused); its data dir stays.
     pub fn kill9(&mut self, id: u64) {
         let node = self.node_mut(id);
         if let Some(mut p) = node.process.take() {
+            p.signal(Signal::SIGCONT);
             p.kill9();
         }
         // Its watchdog goes with it: it must never kill a later process that got the same PID.

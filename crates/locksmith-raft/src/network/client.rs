@@ -33,6 +33,7 @@ use tonic::transport::Channel;
 use tonic::transport::ClientTlsConfig;
 use tonic::transport::Endpoint;
 
+use super::contact::Contacts;
 use super::pb::raft_client::RaftClient;
 use super::pb::RaftRequest;
 use super::MAX_MESSAGE;
@@ -53,6 +54,8 @@ pub struct Network {
     backoff: Duration,
     /// Peers this node reaches at another address than the membership's.
     routes: Arc<BTreeMap<NodeId, String>>,
+    /// When each peer last answered.
+    contacts: Contacts,
 }
 
 impl Network {
@@ -68,7 +71,13 @@ impl Network {
         backoff: Duration,
         routes: BTreeMap<NodeId, String>,
     ) -> Self {
-        Self { id, channels: Arc::default(), tls, connect_timeout, backoff, routes: Arc::new(routes) }
+        let contacts = Contacts::default();
+        Self { id, channels: Arc::default(), tls, connect_timeout, backoff, routes: Arc::new(routes), contacts }
+    }
+
+    /// When each peer last answered this node's calls.
+    pub fn contacts(&self) -> Contacts {
+        self.contacts.clone()
     }
 
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
@@ -102,7 +111,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         let client = self.channel(target, &node.addr).map(|ch| {
             RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
         });
-        PeerClient { id: self.id, target, node: node.clone(), client, backoff: self.backoff }
+        let contacts = self.contacts.clone();
+        PeerClient { id: self.id, target, node: node.clone(), client, backoff: self.backoff, contacts }
     }
 }
 
@@ -114,6 +124,7 @@ pub struct PeerClient {
     node: Node,
     client: Result<RaftClient<Channel>, String>,
     backoff: Duration,
+    contacts: Contacts,
 }
 
 #[derive(Clone, Copy)]
@@ -173,6 +184,7 @@ impl PeerClient {
             tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
             _ => RPCError::Network(NetworkError::new(&status)),
         })?;
+        self.contacts.answered(self.target);
         let result: Result<Resp, RaftError<NodeId, E>> =
             postcard::from_bytes(&reply.into_inner().payload).map_err(|e| network(&e))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))

@@ -7,10 +7,12 @@
 //!   ([`RaftNode::service`](crate::RaftNode::service)).
 
 mod client;
+mod contact;
 mod server;
 
 pub use client::Network;
 pub use client::PeerClient;
+pub use contact::Contacts;
 pub use server::RaftService;
 
 /// The generated gRPC code of `locksmith.raft.v1` (`proto/raft.proto`).

@@ -156,6 +156,8 @@ fn to_pb(view: &ClusterView) -> ClusterStatus {
             } as i32,
             voter: m.voter,
             matched_index: m.matched,
+            last_contact_ms: m.last_contact.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            unreachable: m.unreachable,
         })
         .collect();
     ClusterStatus {

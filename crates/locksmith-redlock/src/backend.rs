@@ -146,7 +146,14 @@ impl Backend for RedlockBackend {
     ///
     /// # Cancel safety
     /// Cancel safe: nothing happens on the instances.
+    /// Fails with [`Error::Unavailable`] when fewer than a quorum of instances answer a
+    /// `PING` now (or with the refusal, when their credentials or TLS settings rule a quorum
+    /// out): no lock could be taken, and a waiting `lock()` would only wait.
     async fn open_session(&self, ttl: Duration) -> Result<Box<dyn Session>> {
+        let replies = self.cluster.ping(Timeouts::for_ttl(ttl)).await;
+        if replies.iter().filter(|r| r.reachable()).count() < self.cluster.quorum() {
+            return Err(self.cluster.failure(&replies));
+        }
         Ok(Box::new(RedlockSession::new(self.cluster.clone(), ttl)))
     }
 

@@ -112,6 +112,16 @@ impl Cluster {
         Tally { replies }
     }
 
+    /// `PING` on every instance: who answers now.
+    pub(crate) async fn ping(&self, t: Timeouts) -> Vec<Reply<()>> {
+        join_all(
+            self.instances
+                .iter()
+                .map(|i| i.run(t, |mut c| async move { redis::cmd("PING").query_async::<()>(&mut c).await })),
+        )
+        .await
+    }
+
     /// `GET` and `PTTL` of `key` on every instance.
     pub(crate) async fn inspect(&self, key: &str, t: Timeouts) -> Vec<Reply<(Option<String>, i64)>> {
         join_all(self.instances.iter().map(|i| {

@@ -29,15 +29,19 @@ async fn two_of_five_killed_still_lock_and_unlock() {
     b.close().await;
 }
 
-/// With 3 of 5 killed, try_lock fails at once with Unavailable naming "2 of 5 … need 3", and a
-/// waiting lock with a 1 s timeout gives Timeout after about 1 s.
+/// With 3 of 5 killed, a session open before fails at once with Unavailable naming "2 of 5 …
+/// need 3" on try_lock, and its waiting lock with a 1 s timeout gives Timeout after about 1 s;
+/// a new client's waiting lock gives up at once (Unavailable, exit 69 in the CLI) instead of
+/// waiting for instances that are not there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_of_five_killed_is_unavailable_not_a_hang() {
     let mut five = common::Five::start();
+    let a = five.client(TTL).await;
+    let warm = common::unique("warm");
+    a.lock_with(&warm, common::unfenced()).await.unwrap().unlock().await.unwrap();
     for i in [0, 2, 4] {
         five.servers[i].kill9();
     }
-    let a = five.client(TTL).await;
     let name = common::unique("three-down");
     let started = Instant::now();
     match a.try_lock_with(&name, common::unfenced()).await {
@@ -54,6 +58,17 @@ async fn three_of_five_killed_is_unavailable_not_a_hang() {
     assert!(took >= Duration::from_secs(1) && took < Duration::from_millis(1300), "lock_with took {took:?}");
     assert!(five.holding_on(&name, &[1, 3]).await.is_empty(), "failed attempts left keys on the live instances");
     a.close().await;
+
+    let fresh = five.client(TTL).await;
+    let started = Instant::now();
+    match fresh.lock_with(&name, common::unfenced().timeout(Duration::from_secs(30))).await {
+        Err(Error::Unavailable { message, .. }) => {
+            assert!(message.contains("only 2 of 5 instances reachable, need 3"), "{message}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_millis(1_000), "lock_with took {:?}", started.elapsed());
+    fresh.close().await;
 }
 
 /// With 2 of 5 frozen (SIGSTOP) a client locks within 1 s, keeps the hold across 2.5 TTLs of

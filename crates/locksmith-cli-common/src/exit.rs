@@ -15,8 +15,11 @@ pub const NOT_ACQUIRED: u8 = 75;
 /// Try again later (sysexits `EX_TEMPFAIL`, the number of [`NOT_ACQUIRED`]): `cluster add` or
 /// `cluster remove` did not complete in time, or the leader was busy with another change.
 pub const TEMPFAIL: u8 = 75;
-/// `run`: the lock was lost while the command ran; the command was stopped.
+/// `run`: the lock was lost while the command ran (or the session expired under it); the
+/// command was stopped.
 pub const LOST: u8 = 76;
+/// `serve`: the data directory cannot be created or opened (sysexits `EX_CANTCREAT`).
+pub const CANTCREAT: u8 = 73;
 /// The backend refused our credentials or permissions (sysexits `EX_NOPERM`).
 pub const AUTH: u8 = 77;
 /// The connection's configuration is wrong: TLS verification, TLS required, unreadable
@@ -43,6 +46,8 @@ pub fn code_for(err: &locksmith_core::Error) -> u8 {
         E::Auth { .. } => AUTH,
         E::Config { .. } => CONFIG,
         E::Timeout => NOT_ACQUIRED,
+        // The lease ran out before a renewal reached the backend: whatever it held is lost.
+        E::SessionExpired => LOST,
         E::Corrupt(_) => DATA,
         _ => 1,
     }
@@ -62,5 +67,11 @@ mod tests {
         assert_eq!(code_for(&Error::Unavailable { backend: b(), message: "refused".into() }), UNAVAILABLE);
         assert!(!Error::Auth { backend: b(), message: String::new() }.is_transient());
         assert!(!Error::Config { backend: b(), message: String::new() }.is_transient());
+    }
+
+    /// A session that expired (a leader paused past the TTL) is a lost lock, not a bare 1.
+    #[test]
+    fn an_expired_session_is_a_lost_lock() {
+        assert_eq!(code_for(&Error::SessionExpired), LOST);
     }
 }

@@ -420,11 +420,14 @@ fn report_server(context: &str, err: &locksmith_server::ServerError) -> ExitCode
     ExitCode::from(server_code_for(err))
 }
 
-/// The exit code for a server failure: a corrupt data directory is [`exit::DATA`]; a directory
-/// in use, a failed disk or transport are 1, as when they arrived as library I/O errors.
+/// The exit code for a server failure: a corrupt data directory is [`exit::DATA`], one that
+/// cannot be created or opened [`exit::CANTCREAT`], one in use by another server
+/// [`exit::TEMPFAIL`]; a failed disk or transport are 1.
 fn server_code_for(err: &locksmith_server::ServerError) -> u8 {
     match err {
         locksmith_server::ServerError::Corrupt(_) => exit::DATA,
+        locksmith_server::ServerError::DataDir { .. } => exit::CANTCREAT,
+        locksmith_server::ServerError::InUse(_) => exit::TEMPFAIL,
         locksmith_server::ServerError::Config(_) => exit::CONFIG,
         _ => 1,
     }
@@ -436,11 +439,14 @@ mod tests {
     use crate::exit::DATA;
     use locksmith_server::ServerError;
 
-    /// A corrupt data directory exits 65 (EX_DATAERR); the other server failures exit 1.
+    /// A corrupt data directory exits 65 (EX_DATAERR), one that cannot be created 73, one in
+    /// use 75; the other server failures exit 1.
     #[test]
     fn server_failures_map_to_the_exit_codes_serve_always_used() {
         assert_eq!(server_code_for(&ServerError::Corrupt("wal: bad header".into())), DATA);
-        assert_eq!(server_code_for(&ServerError::InUse("./locksmith-data".into())), 1);
+        assert_eq!(server_code_for(&ServerError::InUse("./locksmith-data".into())), 75);
+        let source = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
+        assert_eq!(server_code_for(&ServerError::DataDir { path: "/x".into(), source }), 73);
         assert_eq!(server_code_for(&ServerError::WriterStopped), 1);
         assert_eq!(server_code_for(&ServerError::Io(std::io::Error::other("disk full"))), 1);
     }

@@ -69,7 +69,8 @@ async fn a_wrong_ca_is_a_configuration_error_at_once() {
 }
 
 /// TLS spoken to a plain server is a configuration error suggesting `locksmith://`; plain
-/// HTTP/2 to a TLS server fails at once and suggests `locksmiths://`.
+/// HTTP/2 to a TLS server is one too (one probe says the server speaks TLS), suggesting
+/// `locksmiths://`: one-sided TLS is never "unreachable", whichever side has it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_plain_mismatches_say_which_scheme_to_use() {
     let plain = NativeServer::start(BIN.as_ref());
@@ -79,8 +80,29 @@ async fn tls_and_plain_mismatches_say_which_scheme_to_use() {
     assert!(took < FAST, "took {took:?}");
     let tls = NativeServer::start_tls(BIN.as_ref(), certs(), false);
     let (e, took) = failure(&format!("locksmith://127.0.0.1:{}", tls.port())).await;
-    assert!(matches!(&e, locksmith::Error::Unavailable { message, .. } if message.contains("locksmiths://")), "{e}");
+    assert!(matches!(&e, locksmith::Error::Config { message, .. } if message.contains("requires TLS")), "{e}");
+    assert!(e.to_string().contains("locksmiths://"), "{e}");
     assert!(took < FAST, "took {took:?}");
+}
+
+/// `locksmith run` with one-sided TLS exits 78 both ways, and nothing runs.
+#[test]
+fn run_with_one_sided_tls_exits_78_both_ways() {
+    let plain = NativeServer::start(BIN.as_ref());
+    let tls = NativeServer::start_tls(BIN.as_ref(), certs(), false);
+    let urls = [
+        format!("locksmiths://localhost:{}?ca={}", plain.port(), certs().ca().display()),
+        format!("locksmith://127.0.0.1:{}", tls.port()),
+    ];
+    for url in urls {
+        let out = Command::new(BIN)
+            .args(["run", "job", "--backend", &url, "--", "echo", "ran"])
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(78), "{url}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(out.stdout.is_empty(), "the command ran");
+    }
 }
 
 /// `locksmith run` over TLS: the right CA runs the command; a wrong one exits 78 at once

@@ -69,7 +69,7 @@ pub enum Error {
     #[error("timed out waiting for the lock")]
     Timeout,
     /// The session (lease) behind this client expired or was closed; its holds are gone.
-    #[error("session expired")]
+    #[error("session expired or closed: its lease ran out before a renewal reached the backend, or the client closed it; any lock it held is lost")]
     SessionExpired,
     /// The lock was lost while a scoped critical section ran.
     #[error("lock {0} was lost")]

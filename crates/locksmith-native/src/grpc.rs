@@ -230,6 +230,21 @@ impl NativeBackend {
     }
 }
 
+/// Whether the server at `addr` (`host:port`) speaks TLS: it answers a few plain bytes with a
+/// TLS alert record (content type 21, version 3.x). One short probe, after a plain connection
+/// was dropped; `false` when it cannot tell.
+async fn serves_tls(addr: &str) -> bool {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+        stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.ok()?;
+        let mut head = [0u8; 2];
+        stream.read_exact(&mut head).await.ok()?;
+        Some(head == [21, 3])
+    };
+    tokio::time::timeout(crate::route::NODE_BOUND, probe).await.ok().flatten().unwrap_or(false)
+}
+
 /// Where `locksmith://` clients find their bearer token when the URL names no `token_file=`.
 pub const TOKEN_FILE_ENV: &str = "LOCKSMITH_TOKEN_FILE";
 
@@ -292,8 +307,20 @@ impl GrpcConnector {
                 }
             }
             // A TLS server answers HTTP/2's preface with an alert record, which h2 reads as a
-            // frame of invalid size.
-            None if dropped => message.push_str(" (if the server serves TLS, use locksmiths://)"),
+            // frame of invalid size: ask once whether it speaks TLS, and say so for certain.
+            None if dropped => {
+                if serves_tls(&peer.addr).await {
+                    return Error::Config {
+                        backend: self.url.clone(),
+                        message: format!(
+                            "{} requires TLS and this URL speaks plain HTTP/2: use locksmiths:// (or ?tls=true, with \
+                             ca= for a private CA)",
+                            peer.addr
+                        ),
+                    };
+                }
+                message.push_str(" (if the server serves TLS, use locksmiths://)");
+            }
             _ => {}
         }
         Error::Unavailable { backend: self.url.clone(), message }

@@ -271,7 +271,8 @@ async fn start_raft(
         );
     }
     config.routes = cluster.routes.clone();
-    std::fs::create_dir_all(&opts.data_dir)?;
+    std::fs::create_dir_all(&opts.data_dir)
+        .map_err(|source| ServerError::DataDir { path: opts.data_dir.clone(), source })?;
     let machine = crate::cluster::ReplicaMachine::new(opts.limits.clone());
     let node = locksmith_raft::RaftNode::start(
         cluster.node_id,

@@ -104,11 +104,14 @@ impl DataDir {
     /// # Errors
     /// [`ServerError::Corrupt`] for a log or token floor that does not check out, or a log that
     /// is missing, of another generation or shorter than the floor file says was synced;
-    /// [`ServerError::InUse`] when another server holds the directory, [`ServerError::Io`] for
-    /// I/O failures. Nothing in the directory is changed then.
+    /// [`ServerError::InUse`] when another server holds the directory,
+    /// [`ServerError::DataDir`] when it cannot be created or opened, [`ServerError::Io`] for
+    /// other I/O failures. Nothing in the directory is changed then.
     pub(crate) fn open(path: &Path) -> Result<(Self, Vec<Record>), ServerError> {
-        std::fs::create_dir_all(path)?;
-        let lock = OpenOptions::new().create(true).truncate(false).write(true).open(path.join("LOCK"))?;
+        let unusable = |source| ServerError::DataDir { path: path.to_path_buf(), source };
+        std::fs::create_dir_all(path).map_err(unusable)?;
+        let lock =
+            OpenOptions::new().create(true).truncate(false).write(true).open(path.join("LOCK")).map_err(unusable)?;
         lock.try_lock().map_err(|_| ServerError::InUse(path.to_path_buf()))?;
         let found = TokensFile::read(&path.join("tokens"))?;
         let bytes = match File::open(path.join("wal")) {

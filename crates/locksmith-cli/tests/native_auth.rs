@@ -82,6 +82,8 @@ fn without_a_token_nothing_is_allowed() {
     let (code, stderr) = code_and_stderr(&run(&s.server.url(), "jobs/nightly", None));
     assert_eq!(code, Some(77), "{stderr}");
     assert!(stderr.contains("token"), "{stderr}");
+    // Nobody known: that is authentication.
+    assert!(stderr.contains("authentication failed"), "{stderr}");
     let unknown = s.dir.path().join("unknown.token");
     std::fs::write(&unknown, "not-a-token-anyone-issued").unwrap();
     let (code, stderr) = code_and_stderr(&run(&s.server.url(), "jobs/nightly", Some(&unknown)));
@@ -102,6 +104,10 @@ fn a_token_locks_only_under_its_prefixes_from_the_url_or_the_environment() {
     let (code, stderr) = code_and_stderr(&run(&s.url("jobs"), "db/x", None));
     assert_eq!(code, Some(77), "{stderr}");
     assert!(stderr.contains("may not lock"), "{stderr}");
+    // A known principal refused: that is authorization, said once.
+    assert!(stderr.contains("permission denied: "), "{stderr}");
+    assert!(!stderr.contains("authentication failed"), "{stderr}");
+    assert_eq!(stderr.matches("permission denied").count(), 1, "{stderr}");
     assert!(!stderr.contains(&s.jobs.0), "the token was printed: {stderr}");
 }
 

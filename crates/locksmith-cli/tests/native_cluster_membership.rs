@@ -233,6 +233,7 @@ fn a_single_server_is_not_a_cluster() {
         let (code, _, err) = text(&out.unwrap_or_else(|e| panic!("{e}")));
         assert_eq!(code, Some(2), "{args:?}: {err}");
         assert!(err.contains("is not a cluster") && err.contains("--node-id"), "{args:?}: {err}");
+        assert_eq!(err.matches("not a cluster").count(), 1, "said twice: {err}");
     }
     let out = Command::new(BIN).args(["cluster", "status", "--backend", "redis://127.0.0.1:6379"]).output();
     let (code, _, err) = text(&out.unwrap_or_else(|e| panic!("{e}")));

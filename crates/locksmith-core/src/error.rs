@@ -49,8 +49,10 @@ pub enum Error {
         message: String,
     },
     /// The backend refused our credentials (wrong password, unknown user, a client certificate
-    /// it does not accept) or our permissions. Retrying changes nothing.
-    #[error("backend {backend}: authentication failed: {message}")]
+    /// it does not accept) or our permissions. Retrying changes nothing. A `message` that
+    /// starts with `permission denied` is an authorization refusal (the caller is known but
+    /// may not do this) and is shown as it is; any other is shown as an authentication failure.
+    #[error("backend {backend}: {}", auth_text(.message))]
     Auth {
         /// Which backend (without credentials).
         backend: String,
@@ -95,7 +97,28 @@ pub enum Error {
     Io(#[from] std::io::Error),
 }
 
+/// What an [`Error::Auth`] says: a permission refusal as it is, anything else as a failed
+/// authentication.
+fn auth_text(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.starts_with("permission denied") {
+        message.into()
+    } else {
+        format!("authentication failed: {message}").into()
+    }
+}
+
 impl Error {
+    /// A refusal of permission (the backend knows who we are; we may not do this), as an
+    /// [`Error::Auth`] that says so.
+    ///
+    /// ```
+    /// let e = locksmith_core::Error::permission_denied("locksmith://h:7531", "ops may not lock \"jobs/x\"");
+    /// assert_eq!(e.to_string(), "backend locksmith://h:7531: permission denied: ops may not lock \"jobs/x\"");
+    /// ```
+    pub fn permission_denied(backend: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        Error::Auth { backend: backend.into(), message: format!("permission denied: {message}") }
+    }
+
     /// True when retrying the same call later may succeed (the backend was unreachable or slow).
     pub fn is_transient(&self) -> bool {
         matches!(self, Error::Unavailable { .. } | Error::Timeout)

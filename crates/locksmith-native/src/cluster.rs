@@ -125,7 +125,7 @@ pub struct NodeRemoved {
 #[non_exhaustive]
 pub enum ClusterError {
     /// The server runs alone (started without `--node-id`), or predates cluster administration.
-    #[error("{backend} is not a cluster: {message}")]
+    #[error("{backend}: {message}")]
     NotACluster {
         /// The backend URL (without credentials).
         backend: String,
@@ -348,7 +348,7 @@ async fn cluster_error(inner: &GrpcConnector, f: Failed) -> ClusterError {
         Code::FailedPrecondition => ClusterError::NotACluster { backend, message },
         Code::Unimplemented => ClusterError::NotACluster {
             backend,
-            message: "the server offers no cluster administration (a locksmith server from before `locksmith \
+            message: "this server is not a cluster: it offers no cluster administration (a locksmith server from before `locksmith \
                       cluster`)"
                 .into(),
         },

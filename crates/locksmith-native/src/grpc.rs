@@ -288,11 +288,17 @@ impl GrpcConnector {
     /// A TLS connection the server closed gets one direct handshake to learn why (see
     /// `locksmith_core::driver::tls_probe`): a refused or missing client certificate only shows there.
     async fn transport_error(&self, peer: &Peer, s: &tonic::Status) -> Error {
-        if s.code() == tonic::Code::InvalidArgument {
-            return Error::InvalidArgument(s.message().to_string());
-        }
-        if matches!(s.code(), tonic::Code::Unauthenticated | tonic::Code::PermissionDenied) {
-            return Error::Auth { backend: self.url.clone(), message: s.message().to_string() };
+        // The server's text may already name its kind: said once.
+        let unprefixed = |prefix: &str| s.message().strip_prefix(prefix).unwrap_or(s.message()).to_string();
+        match s.code() {
+            tonic::Code::InvalidArgument => return Error::InvalidArgument(unprefixed("invalid argument: ")),
+            tonic::Code::PermissionDenied => {
+                return Error::permission_denied(self.url.clone(), unprefixed("permission denied: "))
+            }
+            tonic::Code::Unauthenticated => {
+                return Error::Auth { backend: self.url.clone(), message: s.message().to_string() }
+            }
+            _ => {}
         }
         if let Some(f) = locksmith_core::driver::tls_failure(s, "locksmith") {
             let no_cert = peer.tls.as_ref().is_none_or(|(_, _, t)| t.identity.is_none());

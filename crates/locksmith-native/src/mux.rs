@@ -318,20 +318,23 @@ async fn handshake(
         Some(Ok(ServerMessage { body: Some(Out::Opened(o)), .. })) => {
             Ok((o.session, Duration::from_millis(o.ttl_ms), o.resume_secret))
         }
-        Some(Ok(ServerMessage { body: Some(Out::Error(e)), .. })) => Err(server_error(&e)),
+        Some(Ok(ServerMessage { body: Some(Out::Error(e)), .. })) => Err(server_error(&connector.describe(), &e)),
         Some(Ok(other)) => Err(Error::Protocol(format!("expected opened, got {other:?}"))),
         Some(Err(e)) => Err(e),
         None => Err(Error::Unavailable { backend: connector.describe(), message: "stream closed during open".into() }),
     }
 }
 
-fn server_error(e: &locksmith_proto::Error) -> Error {
+/// The client error for a refusal `e` from the server at `backend`. The server's text may
+/// already name its kind (`invalid argument: …`): said once, not twice.
+fn server_error(backend: &str, e: &locksmith_proto::Error) -> Error {
+    let unprefixed = |prefix: &str| e.message.strip_prefix(prefix).unwrap_or(&e.message).to_string();
     match Code::try_from(e.code).unwrap_or(Code::Unknown) {
         Code::SessionExpired => Error::SessionExpired,
-        Code::InvalidArgument => Error::InvalidArgument(e.message.clone()),
-        Code::LimitExceeded => Error::LimitExceeded(e.message.clone()),
-        Code::PermissionDenied => Error::Auth { backend: "locksmith server".into(), message: e.message.clone() },
-        Code::Unavailable | Code::Unknown => Error::Backend(format!("locksmith server: {}", e.message)),
+        Code::InvalidArgument => Error::InvalidArgument(unprefixed("invalid argument: ")),
+        Code::LimitExceeded => Error::LimitExceeded(unprefixed("limit exceeded: ")),
+        Code::PermissionDenied => Error::permission_denied(backend, unprefixed("permission denied: ")),
+        Code::Unavailable | Code::Unknown => Error::Backend(format!("{backend}: {}", e.message)),
     }
 }
 
@@ -475,7 +478,7 @@ fn dispatch(shared: &Shared, m: ServerMessage) {
     }
     if let Some(p) = st.pending.remove(&m.id) {
         let out = match body {
-            Out::Error(e) => Err(server_error(&e)),
+            Out::Error(e) => Err(server_error(&shared.connector.describe(), &e)),
             other => Ok(other),
         };
         let _ = p.reply.send(out);
@@ -574,5 +577,27 @@ impl Session for StreamSession {
         let mut done = self.shared.done.subscribe();
         let _ = done.wait_for(|d| *d).await;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refusal(code: Code, message: &str) -> Error {
+        server_error("locksmith://h:7531", &locksmith_proto::Error { code: code as i32, message: message.into() })
+    }
+
+    /// A refusal's kind is said once, and a refused permission is not called an authentication
+    /// failure.
+    #[test]
+    fn refusals_say_their_kind_once() {
+        assert_eq!(refusal(Code::InvalidArgument, "invalid argument: ttl").to_string(), "invalid argument: ttl");
+        assert_eq!(
+            refusal(Code::LimitExceeded, "limit exceeded: 10 waiters").to_string(),
+            "limit exceeded: 10 waiters"
+        );
+        let denied = refusal(Code::PermissionDenied, "permission denied: ops may not lock \"x\"");
+        assert_eq!(denied.to_string(), "backend locksmith://h:7531: permission denied: ops may not lock \"x\"");
     }
 }

@@ -126,3 +126,17 @@ pub use state_machine::Replicated;
 pub use types::Command;
 pub use types::Node;
 pub use types::NodeId;
+
+/// `tracing` filter directives that keep openraft's expected noise out of a node's log:
+/// openraft logs every failed replication or vote call at ERROR (a peer not started yet,
+/// restarting, or down), and each failed heartbeat and stale vote answer at WARN, all routine
+/// in a cluster's life. The node's own lines say when a peer stops answering and when it
+/// answers again (`locksmith_raft` at warn and info; a peer never heard from yet, at start-up,
+/// at debug); openraft's other errors stay visible.
+///
+/// ```
+/// let filter = format!("info,{}", locksmith_raft::QUIET_OPENRAFT);
+/// assert!(filter.contains("openraft::replication=off"));
+/// ```
+pub const QUIET_OPENRAFT: &str =
+    "openraft=error,openraft::replication=off,openraft::engine=off,openraft::core::raft_core=off";

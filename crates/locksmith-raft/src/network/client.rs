@@ -174,8 +174,18 @@ impl PeerClient {
         })
         .await
         .map_err(|_| {
+            self.contacts.failed(self.target, "no answer in time");
             RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
         })?;
+        if let Err(status) = &reply {
+            // tonic says Cancelled when the request's own timeout expired.
+            if matches!(
+                status.code(),
+                tonic::Code::DeadlineExceeded | tonic::Code::Unavailable | tonic::Code::Cancelled
+            ) {
+                self.contacts.failed(self.target, status.message());
+            }
+        }
         let reply = reply.map_err(|status| match status.code() {
             tonic::Code::DeadlineExceeded => {
                 RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })

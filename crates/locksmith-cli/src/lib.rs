@@ -15,6 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod admin;
 pub mod cluster;
 pub mod elect;
 pub mod run;
@@ -54,6 +55,8 @@ pub enum Command {
     Status(status::StatusArgs),
     /// A native server cluster's membership: `status`, `add ID HOST:PORT`, `remove ID`.
     Cluster(cluster::ClusterArgs),
+    /// Administer the native server: `release NAME [--session ID]` frees a stuck lock.
+    Admin(admin::AdminArgs),
     /// Print a new bearer token for the native server, and the line its policy file lists.
     #[command(after_help = "Example:
   locksmith token > jobs.token      # stdout: the token; stderr: the policy line to add
@@ -146,6 +149,7 @@ pub fn main() -> ExitCode {
             Command::Elect(a) => elect::elect(a).await,
             Command::Status(a) => status::status(a).await,
             Command::Cluster(a) => cluster::cluster(a).await,
+            Command::Admin(a) => admin::admin(a).await,
             Command::Token => token(),
             #[cfg(feature = "bench")]
             Command::Bench(a) => bench::bench(a).await,

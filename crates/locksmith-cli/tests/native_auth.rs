@@ -171,3 +171,62 @@ fn a_client_certificate_listed_in_the_policy_is_a_principal() {
     assert_eq!(code, Some(77), "{stderr}");
     assert!(stderr.contains("robot may not lock"), "{stderr}");
 }
+
+/// `locksmith admin release`: a principal that is not an admin is refused (77, permission
+/// denied); an admin releases a stuck lock: the holder's `run` sees the loss and exits 76, the
+/// waiter is granted with a greater token, and a second release finds nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_releases_a_stuck_lock_and_the_next_waiter_gets_a_greater_token() {
+    let s = Setup::start();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["run", "jobs/stuck", "--ttl", "1s", "--backend", &s.url("jobs"), "--", "sleep", "30"])
+        .env_remove("LOCKSMITH_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut holder = locksmith_testkit::spawn("locksmith run (holder)", &mut cmd);
+    let jobs = locksmith::connect_with_ttl(&s.url("jobs"), Duration::from_secs(5)).await.unwrap();
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    let held = loop {
+        let st = jobs.status(Some("jobs/stuck")).await.unwrap();
+        if let Some(h) = st.first().and_then(|l| l.holders.first()).cloned() {
+            break h;
+        }
+        assert!(std::time::Instant::now() < until, "the holder never got the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let waiter = tokio::spawn(async move {
+        let g = jobs.lock_with("jobs/stuck", locksmith::LockOptions::new().timeout(Duration::from_secs(20))).await;
+        g.map(|g| g.token()).map_err(|e| e.to_string())
+    });
+    let release = |who: &str| {
+        Command::new(BIN)
+            .args(["admin", "release", "jobs/stuck", "--session", &held.session, "--backend", &s.url(who)])
+            .env_remove("LOCKSMITH_TOKEN_FILE")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let (code, stderr) = code_and_stderr(&release("jobs"));
+    assert_eq!(code, Some(77), "{stderr}");
+    assert!(stderr.contains("permission denied") && stderr.contains("only an admin"), "{stderr}");
+
+    let out = release("admin");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains(&format!("released token {}", held.token)), "{stdout}");
+
+    let status = holder.wait_timeout(Duration::from_secs(5));
+    let mut stderr = String::new();
+    if let Some(mut e) = holder.take_stderr() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    assert_eq!(status.and_then(|s| s.code()), Some(76), "{stderr}");
+    assert!(stderr.contains("lost lock"), "{stderr}");
+    let token = waiter.await.unwrap().unwrap_or_else(|e| panic!("the waiter was not granted: {e}"));
+    assert!(token > held.token, "token {token} after {}", held.token);
+
+    let out = release("admin");
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing changed"));
+}

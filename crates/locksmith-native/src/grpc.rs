@@ -347,7 +347,7 @@ impl GrpcConnector {
 
     /// Runs `call` on the peer that leads (see [`on_leader_raw`](Self::on_leader_raw)) and
     /// says what a failure means.
-    async fn on_leader<T, F, Fut>(&self, limit: Duration, call: F) -> Result<T>
+    pub(crate) async fn on_leader_checked<T, F, Fut>(&self, limit: Duration, call: F) -> Result<T>
     where
         F: FnMut(Channel) -> Fut,
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
@@ -372,7 +372,7 @@ impl Connector for GrpcConnector {
     async fn connect(&self) -> Result<Transport> {
         let mut sender = None;
         let response = self
-            .on_leader(CONNECT_TIMEOUT, |channel| {
+            .on_leader_checked(CONNECT_TIMEOUT, |channel| {
                 let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                 sender = Some(tx);
                 let request = self.request(UnboundedReceiverStream::new(rx));
@@ -422,7 +422,7 @@ impl Backend for NativeBackend {
         let req = StatusRequest { name: name.as_str().to_string(), ..Default::default() };
         let inner = &self.inner;
         let mut stream = inner
-            .on_leader(CONNECT_TIMEOUT * 2, |channel| {
+            .on_leader_checked(CONNECT_TIMEOUT * 2, |channel| {
                 let request = inner.request(req.clone());
                 async move { LocksmithClient::new(channel).observe(request).await }
             })
@@ -459,7 +459,7 @@ impl Backend for NativeBackend {
                 limit: 0,
             };
             let resp = inner
-                .on_leader(CONNECT_TIMEOUT * 2, |channel| {
+                .on_leader_checked(CONNECT_TIMEOUT * 2, |channel| {
                     let request = inner.request(req.clone());
                     async move { LocksmithClient::new(channel).status(request).await }
                 })

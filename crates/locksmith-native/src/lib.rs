@@ -10,6 +10,7 @@
 //! [`NativeBackend::remove_node`] (`locksmith cluster status|add|remove`).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod admin;
 mod cluster;
 mod convert;
 mod grpc;
@@ -18,6 +19,7 @@ mod memory;
 mod mux;
 mod route;
 
+pub use admin::RevokedHold;
 pub use cluster::{ClusterError, ClusterNode, ClusterStatus, NodeAdded, NodeRemoved, NodeRole};
 pub use grpc::{NativeBackend, TOKEN_FILE_ENV};
 #[cfg(feature = "memory")]

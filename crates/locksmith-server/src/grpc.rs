@@ -4,7 +4,9 @@ use std::pin::Pin;
 
 use futures_util::{Stream, StreamExt};
 use locksmith_proto::locksmith_server::{Locksmith, LocksmithServer};
-use locksmith_proto::{ClientMessage, ServerMessage, StatusRequest, StatusResponse};
+use locksmith_proto::{
+    AdminReleaseRequest, AdminReleaseResponse, ClientMessage, RevokedHold, ServerMessage, StatusRequest, StatusResponse,
+};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, Principal};
@@ -152,6 +154,31 @@ impl Locksmith for Grpc {
         })?;
         Ok(Response::new(page.into()))
     }
+
+    /// An administrator's release (see [`Service::revoke`]): only an admin under a policy.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the release may happen although the answer is dropped.
+    async fn admin_release(
+        &self,
+        request: Request<AdminReleaseRequest>,
+    ) -> Result<Response<AdminReleaseResponse>, Status> {
+        let principal = self.principal(&request)?;
+        if let Some(p) = principal.as_ref().filter(|p| !p.is_admin()) {
+            return Err(Status::permission_denied(format!(
+                "{} may not release another client's lock (only an admin may)",
+                p.name
+            )));
+        }
+        self.serving()?;
+        let by = principal.map_or_else(|| "-".to_string(), |p| p.name);
+        let AdminReleaseRequest { name, session } = request.into_inner();
+        let name = crate::machine::LockName::new(name).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let revoked = self.service.revoke(name, session, &by).await.map_err(service_status)?;
+        let revoked =
+            revoked.into_iter().map(|h| RevokedHold { session: h.session, owner: h.owner, token: h.token }).collect();
+        Ok(Response::new(AdminReleaseResponse { revoked }))
+    }
 }
 
 /// What an error from tonic's inbound stream means. Decoding errors (a message over
@@ -174,6 +201,14 @@ fn end_status(end: StreamEnd) -> Status {
         StreamEnd::NoOpen(_) => Status::deadline_exceeded(message),
         StreamEnd::Invalid(_) => Status::invalid_argument(message),
         _ => Status::unavailable(message),
+    }
+}
+
+/// The status for a service failure: a node that does not lead names the leader.
+fn service_status(e: crate::ServerError) -> Status {
+    match e {
+        crate::ServerError::NotServing { leader } => not_serving(leader),
+        e => Status::unavailable(locksmith_core::Error::from(e).to_string()),
     }
 }
 

@@ -58,6 +58,14 @@ pub(crate) enum Command {
         principal: Option<Principal>,
         reply: oneshot::Sender<StatusPage>,
     },
+    /// An administrator's release of `name` (see [`Machine::revoke`]), by `by` (for the audit
+    /// line).
+    Revoke {
+        name: LockName,
+        session: Option<SessionId>,
+        by: String,
+        reply: oneshot::Sender<Vec<crate::machine::HolderView>>,
+    },
 }
 
 /// A handle to a running lock service; cheap to clone. The service stops when every handle and
@@ -230,6 +238,34 @@ impl Service {
                 None => return Ok(all),
             }
         }
+    }
+
+    /// An administrator's release of a stuck lock `name`: the session of each holder (only
+    /// `session`'s, when given) is revoked as if its lease had run out, without lock-delay; the
+    /// next waiters are granted with greater tokens. Answers once the change is durable (in a
+    /// cluster, committed), with the holds revoked (none: nothing changed). Audited in the log
+    /// at warn, naming `by`.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the release may happen although the answer is dropped.
+    ///
+    /// # Errors
+    /// [`ServerError::NotServing`] on a node that does not lead; [`ServerError::Stopped`].
+    pub async fn revoke(
+        &self,
+        name: LockName,
+        session: Option<SessionId>,
+        by: &str,
+    ) -> Result<Vec<crate::machine::HolderView>, ServerError> {
+        let (reply, rx) = oneshot::channel();
+        if !self.send(Command::Revoke { name, session, by: by.to_string(), reply }).await {
+            return Err(ServerError::Stopped);
+        }
+        rx.await.map_err(|_| match self.serving() {
+            Serving { serving: false, leader } => ServerError::NotServing { leader },
+            _ if !self.tx.is_closed() => ServerError::NotServing { leader: None },
+            _ => ServerError::Stopped,
+        })
     }
 
     /// Introspection: one lock or one page of locks (see [`Machine::status_page`]), of those
@@ -542,6 +578,28 @@ impl Actor {
                 // locks the majority may already have handed on.
                 self.replies.push(Box::new(move || {
                     let _ = reply.send(page);
+                }));
+            }
+            Command::Revoke { name, session, by, reply } => {
+                let revoked = self.machine.revoke(t, name.as_str(), session);
+                for h in &revoked {
+                    let holder = self.principals.get(&h.session).map(String::as_str).unwrap_or("-");
+                    tracing::warn!(
+                        lock = name.as_str(),
+                        session = format!("{:x}", h.session),
+                        holder,
+                        owner = h.owner,
+                        token = h.token,
+                        by,
+                        "admin release: the holder's session was revoked"
+                    );
+                }
+                if revoked.is_empty() {
+                    tracing::warn!(lock = name.as_str(), by, "admin release: no holder matched; nothing changed");
+                }
+                self.collect();
+                self.replies.push(Box::new(move || {
+                    let _ = reply.send(revoked);
                 }));
             }
             Command::Request { session, conn, id, request } => {

@@ -1514,3 +1514,38 @@ fn tokens_stay_below_the_floor_and_a_restore_starts_above_it() {
     assert!(grab(&mut r, at(3), s, 1, "x", "o") > seen);
     assert!(grab(&mut r, at(3), s, 2, "never-seen", "o") > seen);
 }
+
+// ----- an administrator's release -----
+
+/// `revoke` ends the holder's session (only the one named, when given): the next waiter is
+/// granted with a greater token at once, the holder is told its session expired, no lock-delay
+/// starts, and a restart from the log sees the same state.
+#[test]
+fn revoke_hands_a_stuck_lock_to_the_next_waiter_and_replays_the_same() {
+    let t0 = Instant::now();
+    let at = |n: u64| t0 + Duration::from_millis(n);
+    let mut l = Logged::new();
+    let stuck = open(&mut l.m, at(0), 10_000);
+    let next = open(&mut l.m, at(0), 10_000);
+    let t1 = l.m.acquire(at(1), Acquire { lock_delay: ms(5_000), ..cmd(stuck, 1, "x", "a") }).unwrap();
+    let AcquireOutcome::Granted(t1) = t1 else { panic!("{t1:?}") };
+    assert_eq!(acq(&mut l.m, at(2), next, 2, "x", "b", true), AcquireOutcome::Queued);
+    l.sync();
+    let _ = l.m.take_effects();
+
+    assert!(l.m.revoke(at(3), "x", Some(next)).is_empty(), "a session that does not hold x");
+    let revoked = l.m.revoke(at(3), "x", Some(stuck));
+    assert_eq!(revoked.iter().map(|h| (h.session, h.token)).collect::<Vec<_>>(), vec![(stuck, t1)]);
+    l.sync();
+    let effects = l.m.take_effects();
+    assert!(effects.contains(&Effect::Expired { session: stuck }), "{effects:?}");
+    let (s, o, t2) = holder(&l.m, at(3), "x").expect("granted to the waiter");
+    assert_eq!((s, o.as_str()), (next, "b"));
+    assert!(t2 > t1, "token {t2} after {t1}");
+    assert_eq!(granted_effects(&effects), vec![(next, 2, t2)]);
+    assert!(l.m.keep_alive(at(4), stuck).is_err(), "the revoked session lives on");
+    assert!(l.m.revoke(at(5), "y", None).is_empty(), "an unknown lock");
+
+    let r = Machine::restore(limits(), l.log.clone(), at(5_000));
+    assert_eq!(holder(&r, at(5_000), "x"), Some((next, "b".to_string(), t2)));
+}

@@ -606,6 +606,38 @@ impl Machine {
         self.end_session(now, session, false);
     }
 
+    /// An administrator's release of a stuck lock: revokes the session of every holder of
+    /// `name` (only `session`'s, when given) as if its lease had run out, without lock-delay:
+    /// its holds are released and handed on to the next waiters (with greater tokens, as every
+    /// grant), its waits dropped, and its client told the session expired, so a `locksmith run`
+    /// holding it stops its command. Through [`emit`](Self::emit) and so through
+    /// [`apply`](Self::apply), like every change: `Release` and `SessionEnd` records for the
+    /// log. Returns the holds it revoked (none: nothing changed).
+    pub fn revoke(&mut self, now: Instant, name: &str, session: Option<SessionId>) -> Vec<HolderView> {
+        self.expire_due(now);
+        let Some(lock) = self.locks.get(name) else { return Vec::new() };
+        let revoked: Vec<HolderView> = lock
+            .holders()
+            .filter(|h| session.is_none_or(|s| s == h.session))
+            .map(|h| HolderView {
+                session: h.session,
+                owner: h.owner.clone(),
+                token: h.token,
+                ttl_left: self.session_ttl_left(now, h.session).unwrap_or_default(),
+                mode: h.mode,
+                value: h.value.clone(),
+            })
+            .collect();
+        let mut ended = BTreeSet::new();
+        for h in &revoked {
+            if ended.insert(h.session) {
+                self.end_session(now, h.session, false);
+                self.effects.push(Effect::Expired { session: h.session });
+            }
+        }
+        revoked
+    }
+
     /// Expires every session whose deadline has passed and ends lock-delays that are over.
     pub fn tick(&mut self, now: Instant) {
         self.expire_due(now);

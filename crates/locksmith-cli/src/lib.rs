@@ -1,4 +1,4 @@
-//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `cluster`, `bench`, `chaos`,
+//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `cluster`, `admin`, `bench`, `chaos`,
 //! `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
 //! `locksmith-chaos` crate); this file only parses arguments and sets up logging and the runtime.
 //!

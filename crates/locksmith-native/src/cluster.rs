@@ -166,7 +166,7 @@ pub enum ClusterError {
 }
 
 impl NativeBackend {
-    /// A node's view of the cluster within [`CONNECT_TIMEOUT`] × 2 (see
+    /// A node's view of the cluster within 6 s (see
     /// [`cluster_status_within`](Self::cluster_status_within)).
     ///
     /// # Errors

@@ -610,9 +610,8 @@ impl Machine {
     /// `name` (only `session`'s, when given) as if its lease had run out, without lock-delay:
     /// its holds are released and handed on to the next waiters (with greater tokens, as every
     /// grant), its waits dropped, and its client told the session expired, so a `locksmith run`
-    /// holding it stops its command. Through [`emit`](Self::emit) and so through
-    /// [`apply`](Self::apply), like every change: `Release` and `SessionEnd` records for the
-    /// log. Returns the holds it revoked (none: nothing changed).
+    /// holding it stops its command. Applied through [`apply`](Self::apply) and recorded like
+    /// every change: `Release` and `SessionEnd` records for the log. Returns the holds it revoked (none: nothing changed).
     pub fn revoke(&mut self, now: Instant, name: &str, session: Option<SessionId>) -> Vec<HolderView> {
         self.expire_due(now);
         let Some(lock) = self.locks.get(name) else { return Vec::new() };

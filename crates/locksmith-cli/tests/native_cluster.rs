@@ -308,3 +308,50 @@ async fn a_partitioned_leader_grants_nothing_and_the_majority_waits_out_its_hold
     let _ = g.unlock().await;
     let _ = granted.unlock().await;
 }
+
+/// A leader paused for longer than the clients' TTL: the holder's `run` stops its command and
+/// exits 76 with the loss line, and a waiter whose session expired meanwhile exits 76 or gets
+/// the lock later — never 1 (issue 29, finding 6).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_paused_past_the_ttl_makes_its_holder_exit_76() {
+    let c = NativeCluster::start(BIN.as_ref(), 3);
+    let leader = c.wait_for_leader(Duration::from_secs(10));
+    let start = |what: &str, cmd: &[&str]| {
+        let mut command = std::process::Command::new(BIN);
+        command
+            .args(["run", "paused/leader", "--ttl", "1s", "--timeout", "20s", "--backend", &c.url(), "--"])
+            .args(cmd)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        locksmith_testkit::spawn(what, &mut command)
+    };
+    let mut holder = start("holder", &["sleep", "30"]);
+    let until = Instant::now() + Duration::from_secs(10);
+    let client = locksmith::connect(&c.url()).await.unwrap_or_else(|e| panic!("{e}"));
+    while client.status(Some("paused/leader")).await.ok().and_then(|s| s.first()?.holder.clone()).is_none() {
+        assert!(Instant::now() < until, "the holder never got the lock");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    client.close().await;
+    let mut waiter = start("waiter", &["true"]);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    c.pause(leader);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    c.resume(leader);
+    let stderr = |p: &mut locksmith_testkit::ChildProcess| {
+        let mut text = String::new();
+        if let Some(mut e) = p.take_stderr() {
+            let _ = std::io::Read::read_to_string(&mut e, &mut text);
+        }
+        text
+    };
+    let code = holder.wait_timeout(Duration::from_secs(10)).and_then(|s| s.code());
+    let text = stderr(&mut holder);
+    assert_eq!(code, Some(76), "{text}");
+    assert!(text.contains("lost lock"), "{text}");
+    let code = waiter.wait_timeout(Duration::from_secs(25)).and_then(|s| s.code());
+    let text = stderr(&mut waiter);
+    assert!(matches!(code, Some(0 | 76)), "waiter exit {code:?}: {text}");
+    println!("paused leader: holder 76; waiter {code:?}");
+}

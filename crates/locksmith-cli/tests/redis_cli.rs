@@ -78,3 +78,23 @@ fn run_over_tls_says_auth_and_config_errors_by_exit_code() {
         }
     }
 }
+
+/// Redlock with fewer than a quorum of instances answering: `run` exits 69 at once, naming how
+/// many answered, instead of waiting for instances that are not there.
+#[test]
+fn redlock_run_without_a_quorum_exits_69_at_once() {
+    let up = RedisServer::start();
+    let down: Vec<String> = (0..2).map(|_| format!("127.0.0.1:{}", locksmith_testkit::free_port())).collect();
+    let url = format!("redlock://{},{},{}", up.addr(), down[0], down[1]);
+    let started = std::time::Instant::now();
+    let out = Command::new(BIN)
+        .args(["run", "quorum", "--unfenced", "--timeout", "60s", "--backend", &url, "--", "echo", "ran"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("only 1 of 3 instances reachable, need 2"), "{stderr}");
+    assert!(out.stdout.is_empty(), "the command ran");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "took {:?}", started.elapsed());
+}

@@ -355,3 +355,28 @@ async fn a_leader_paused_past_the_ttl_makes_its_holder_exit_76() {
     assert!(matches!(code, Some(0 | 76)), "waiter exit {code:?}: {text}");
     println!("paused leader: holder 76; waiter {code:?}");
 }
+
+/// An administrator's release in a cluster, asked through a follower's address: committed like
+/// every change, the holder learns of the loss, and the waiter is granted a greater token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_admin_release_in_a_cluster_hands_the_lock_on() {
+    let c = shared();
+    let ttl = Duration::from_secs(2);
+    let a = locksmith::connect_with_ttl(&c.url(), ttl).await.unwrap_or_else(|e| panic!("{e}"));
+    let b = locksmith::connect_with_ttl(&c.url(), ttl).await.unwrap_or_else(|e| panic!("{e}"));
+    let held = a.lock("admin/stuck").await.unwrap_or_else(|e| panic!("{e}"));
+    let first = held.token();
+    let waiter = tokio::spawn(async move {
+        b.lock_with("admin/stuck", LockOptions::new().timeout(Duration::from_secs(10))).await.map(|g| g.token())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let leader = c.wait_for_leader(Duration::from_secs(10));
+    let follower = c.ids().into_iter().find(|id| *id != leader).unwrap_or(leader);
+    let admin = locksmith_native::NativeBackend::from_url(&c.node_url(follower)).unwrap_or_else(|e| panic!("{e}"));
+    let name = locksmith::LockName::new("admin/stuck").unwrap_or_else(|e| panic!("{e}"));
+    let revoked = admin.admin_release(&name, None).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(revoked.iter().map(|h| h.token).collect::<Vec<_>>(), vec![first]);
+    let granted = waiter.await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|e| panic!("{e}"));
+    assert!(granted > first, "token {granted} after {first}");
+    tokio::time::timeout(ttl * 2, held.lost()).await.unwrap_or_else(|_| panic!("the holder never learned of the loss"));
+}

@@ -57,3 +57,6 @@ pub use net_limits::NetLimits;
 pub use outbox::{Outbox, OutboxStream, StreamEnd};
 pub use serve::{serve, ServeOptions, ServerTls};
 pub use service::{Service, Serving};
+/// `tracing` filter directives that keep openraft's routine noise out of a node's log (see
+/// [`locksmith_raft::QUIET_OPENRAFT`]): add them to the default filter of `locksmith serve`.
+pub use locksmith_raft::QUIET_OPENRAFT;

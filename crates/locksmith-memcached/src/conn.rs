@@ -84,7 +84,9 @@ impl Conn {
             }
             // Not memcached's meta protocol (another server on that port?): not retried as an
             // outage, and the connection is closed.
-            Ok(Ok(Err(Refusal::Garbled(m)))) => Err(Error::Protocol(format!("{} at {}: {m}", self.describe, self.addr))),
+            Ok(Ok(Err(Refusal::Garbled(m)))) => {
+                Err(Error::Protocol(format!("{} at {}: {m}", self.describe, self.addr)))
+            }
             Ok(Err(e)) => Err(self.unavailable(format!("connection lost: {e}"))),
             Err(_) => Err(self.unavailable(format!("no answer within {:?}", t.command))),
         }

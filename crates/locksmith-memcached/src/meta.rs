@@ -35,7 +35,6 @@ pub(crate) enum Refusal {
     Garbled(String),
 }
 
-
 /// Longest data block accepted: memcached's default item size limit. A bigger block is not a
 /// lock value, and reading it would let a wrong server make us allocate without bound.
 pub(crate) const MAX_VALUE: usize = 1024 * 1024;
@@ -108,7 +107,9 @@ pub(crate) fn parse_head(line: &str) -> Result<Head, Refusal> {
                 _ => Err(Refusal::Garbled(format!("answer {line:?} lacks the CAS or TTL asked for"))),
             }
         }
-        "ERROR" => Err(Refusal::Server("ERROR (the server does not know the meta commands: memcached ≥ 1.6 needed)".into())),
+        "ERROR" => {
+            Err(Refusal::Server("ERROR (the server does not know the meta commands: memcached ≥ 1.6 needed)".into()))
+        }
         "CLIENT_ERROR" | "SERVER_ERROR" => Err(Refusal::Server(line.to_string())),
         _ => Err(Refusal::Garbled(format!("unexpected answer {line:?}: not a memcached meta protocol server?"))),
     }

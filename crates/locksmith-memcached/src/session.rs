@@ -84,7 +84,9 @@ impl Session for MemcachedSession {
             let ours = self.server.renew(&key, &h.value, self.secs, self.timeouts).await?;
             verdicts.push((h, ours));
         }
-        Ok(self.holds.report(verdicts, "memcached: hold gone at renewal (expired, evicted, server restarted, or replaced)"))
+        Ok(self
+            .holds
+            .report(verdicts, "memcached: hold gone at renewal (expired, evicted, server restarted, or replaced)"))
     }
 
     async fn acquire(&self, req: AcquireRequest) -> Result<Acquired> {

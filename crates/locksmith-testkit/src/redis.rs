@@ -1,9 +1,9 @@
 //! Redis servers (Debian's `redis-server`) as real processes: plain, durable, or TLS-only with an
 //! ACL user.
 
+use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use nix::sys::signal::Signal;
 
 use crate::certs::TestCerts;
 use crate::port::free_port;

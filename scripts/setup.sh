@@ -8,9 +8,10 @@ cd "$(dirname "$0")/.."
 # Real servers the driver tests start (never started as services: the tests run them) and
 # third-party lock clients for interop tests (etcdctl; Apache Curator for Java, compiled by the
 # ZooKeeper tests with the machine's javac). PostgreSQL and MariaDB for the SQL driver tests.
+# memcached for its (unfenced) driver's tests.
 # libfaketime (`faketime`) skews a client process's wall clock in the SQL clock-skew tests.
 packages=(
-  redis-server
+  redis-server memcached
   postgresql mariadb-server faketime
   etcd-server etcd-client
   zookeeper libzookeeper-java libcurator-recipes-java libcurator-framework-java libcurator-client-java

@@ -11,11 +11,13 @@
 //!
 //! Servers as the test helpers start them: the native server in both durability modes
 //! (`grants`, the default, and `leases`), Redis without persistence (also in Redisson's
-//! read/write-lock layout, `?mode=rwlock`, plus one with `appendfsync always`), PostgreSQL with `fsync=off`, MariaDB and etcd with their defaults; the
+//! read/write-lock layout, `?mode=rwlock`, plus one with `appendfsync always`), memcached (64 MiB), PostgreSQL with `fsync=off`, MariaDB and etcd with their defaults; the
 //! SQL databases in every mode (lease table, advisory / `GET_LOCK`, row locks).
 use std::process::Command;
 
-use locksmith_testkit::{EtcdServer, MySqlServer, NativeServer, PostgresServer, RedisServer, ZkServer};
+use locksmith_testkit::{
+    EtcdServer, MemcachedServer, MySqlServer, NativeServer, PostgresServer, RedisServer, ZkServer,
+};
 
 fn main() {
     // The servers are dropped (killed by PID) when `run` returns, before the process exits.
@@ -34,6 +36,7 @@ fn run() -> i32 {
     let redis_fsync = RedisServer::start_durable();
     let instances: Vec<RedisServer> = (0..5).map(|_| RedisServer::start()).collect();
     let redlock = format!("redlock://{}", instances.iter().map(RedisServer::addr).collect::<Vec<_>>().join(","));
+    let memcached = MemcachedServer::start();
     let etcd = EtcdServer::start();
     let zk = ZkServer::start();
     let pg = PostgresServer::start();
@@ -55,6 +58,7 @@ fn run() -> i32 {
         redis_rwlock,
         redis_fsync.url(),
         redlock,
+        memcached.url(),
         etcd.url(),
         zk.url(),
         pg.url(),

@@ -32,6 +32,7 @@
 //!
 //! - `redis`: `redis://` (baseline `SET NX PX` + Lua delete, the `redis` crate);
 //! - `redlock`: `redlock://` (no baseline);
+//! - `memcached`: `memcached://` (no baseline);
 //! - `etcd`: `etcd://` (baseline txn on a lease, the driver's raw client);
 //! - `zk`: `zk://` (baseline ephemeral node, `zookeeper-client`);
 //! - `sql`: `postgres://`, `mysql://`, `sqlite://` (baselines advisory lock and `GET_LOCK`,

@@ -77,7 +77,7 @@ pub struct ChaosArgs {
     /// Write the JSON report here.
     #[arg(long, value_name = "FILE.json")]
     pub report: Option<PathBuf>,
-    /// Lock without fencing (needed for redlock://): workers send token 0 and the register
+    /// Lock without fencing (needed for redlock:// and memcached://): workers send token 0 and the register
     /// takes every write, so only the lock itself protects it.
     #[arg(long)]
     pub unfenced: bool,

@@ -5,7 +5,7 @@
 //! # Features
 //!
 //! All on by default. Backends, each turning on the `locksmith` facade's driver: `redis`,
-//! `redlock`, `etcd`, `zk`, `sql` (which also brings the `sql` subcommand). Subcommands: `bench`
+//! `redlock`, `memcached`, `etcd`, `zk`, `sql` (which also brings the `sql` subcommand). Subcommands: `bench`
 //! and `chaos` (with the hidden `chaos-worker`). Without default features the binary is
 //! native-only (`serve`, `run`, `status`, `cluster` over `locksmith://` and `memory://`); a subcommand
 //! left out is not offered, and asking for it says which feature it needs.

@@ -2,11 +2,13 @@
 
 use std::process::{Command, Stdio};
 
-use locksmith_testkit::{EtcdServer, MySqlServer, NativeServer, PostgresServer, RedisServer, ZkServer};
+use locksmith_testkit::{
+    EtcdServer, MemcachedServer, MySqlServer, NativeServer, PostgresServer, RedisServer, ZkServer,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-/// One run over the native server, Redis, Redlock, etcd, ZooKeeper, PostgreSQL, MariaDB and
+/// One run over the native server, Redis, Redlock, memcached, etcd, ZooKeeper, PostgreSQL, MariaDB and
 /// SQLite prints one table row per backend and one ratio line per backend after the first, and
 /// a raw-recipe baseline row, with the driver's overhead, for every backend that has a recipe.
 #[test]
@@ -15,13 +17,15 @@ fn bench_prints_one_table_for_every_backend_with_raw_recipe_baselines() {
     let redis = RedisServer::start();
     let instances: Vec<RedisServer> = (0..3).map(|_| RedisServer::start()).collect();
     let redlock = format!("redlock://{}", instances.iter().map(RedisServer::addr).collect::<Vec<_>>().join(","));
+    let memcached = MemcachedServer::start();
     let etcd = EtcdServer::start();
     let zk = ZkServer::start();
     let pg = PostgresServer::start();
     let my = MySqlServer::start();
     let dir = tempfile::tempdir().unwrap();
     let sqlite = format!("sqlite://{}", dir.path().join("bench.db").display());
-    let backends = [native.url(), redis.url(), redlock, etcd.url(), zk.url(), pg.url(), my.url(), sqlite];
+    let backends =
+        [native.url(), redis.url(), redlock, memcached.url(), etcd.url(), zk.url(), pg.url(), my.url(), sqlite];
     let mut cmd = Command::new(BIN);
     cmd.args(["bench", "--duration", "200ms", "--clients", "3", "--locks", "4"])
         .args(["--workloads", "uncontended,contended,many,baseline"])
@@ -42,17 +46,19 @@ fn bench_prints_one_table_for_every_backend_with_raw_recipe_baselines() {
     let (_, baselines) = stdout.split_once("raw recipes").unwrap_or_else(|| panic!("no baseline table:\n{stdout}"));
     for (b, recipe) in [
         (&backends[1], "SET NX PX"),
-        (&backends[3], "txn create_revision"),
-        (&backends[4], "ephemeral"),
-        (&backends[5], "pg_try_advisory_lock"),
-        (&backends[6], "GET_LOCK"),
+        (&backends[4], "txn create_revision"),
+        (&backends[5], "ephemeral"),
+        (&backends[6], "pg_try_advisory_lock"),
+        (&backends[7], "GET_LOCK"),
     ] {
         let row =
             baselines.lines().find(|l| l.starts_with(b.as_str())).unwrap_or_else(|| panic!("no baseline for {b}"));
         assert!(row.contains(recipe) && row.contains('×') && !row.contains("failed"), "{row}");
     }
-    let native = baselines.lines().find(|l| l.starts_with(backends[0].as_str())).unwrap();
-    assert!(native.contains("(none)"), "the native server has no raw recipe: {native}");
+    for none in [&backends[0], &backends[3]] {
+        let row = baselines.lines().find(|l| l.starts_with(none.as_str())).unwrap();
+        assert!(row.contains("(none)"), "no raw recipe for {none}: {row}");
+    }
 }
 
 /// The native server hands a lock to the next of 50 waiters with one pushed message: wake-ups

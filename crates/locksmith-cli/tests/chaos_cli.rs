@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use locksmith_testkit::{free_port, EtcdServer, MySqlServer, PostgresServer, RedisServer, ZkServer};
+use locksmith_testkit::{free_port, EtcdServer, MemcachedServer, MySqlServer, PostgresServer, RedisServer, ZkServer};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
@@ -348,6 +348,21 @@ fn redlock_runs_unfenced_and_is_reported() {
     assert!(run.stderr.contains("fencing"), "{}", run.explain());
 }
 
+/// memcached has no fencing token either: under pauses of the holder past its TTL, the checker
+/// catches the stale writes, as on Redlock; without --unfenced it is refused before any worker
+/// starts.
+#[test]
+fn an_unfenced_run_on_memcached_under_pauses_is_caught_as_unsafe() {
+    let server = MemcachedServer::start();
+    let url = server.url();
+    let run = unfenced_pauses_are_caught(&["--backend", &url], "10s", "chaos: UNSAFE");
+    assert_eq!(run.report()["setup"]["fenced"], false);
+
+    let run = chaos(&["--backend", &url, "--duration", "2s", "--faults", "kill"]);
+    assert_eq!(run.code, Some(2), "{}", run.explain());
+    assert!(run.stderr.contains("fencing"), "{}", run.explain());
+}
+
 /// Bad arguments exit 2 with a message naming the problem, before anything starts.
 #[test]
 fn bad_arguments_exit_2() {
@@ -437,6 +452,10 @@ fn safety_matrix() {
         let s = [RedisServer::start(), RedisServer::start(), RedisServer::start()];
         let url = format!("redlock://{},{},{}", s[0].addr(), s[1].addr(), s[2].addr());
         run("redlock --unfenced", &["--backend", &url, "--unfenced"]);
+    }
+    {
+        let s = MemcachedServer::start();
+        run("memcached --unfenced", &["--backend", &s.url(), "--unfenced"]);
     }
     {
         let s = EtcdServer::start();

@@ -19,10 +19,12 @@ use async_trait::async_trait;
 use crate::{Client, Error, LockOptions, LockStatus, Result};
 
 pub mod primitives;
+mod unfenced;
 pub use primitives::{
     lock_all_never_deadlocks_and_gives_a_token_per_name, lock_all_that_times_out_holds_nothing,
     primitives_are_offered_or_refused_clearly,
 };
+pub use unfenced::UnfencedTarget;
 
 /// What a backend under test can do, so the suite asks only what the backend promises.
 #[derive(Debug, Clone, Copy)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
+use locksmith_core::driver::parse_hold_value;
 use locksmith_core::{Backend, Error, HolderStatus, LockName, LockStatus, Result, Session};
 
 use crate::cluster::Cluster;
@@ -13,7 +14,6 @@ use crate::instance::Reply;
 use crate::session::RedlockSession;
 use crate::timing::Timeouts;
 use crate::url::RedlockUrl;
-use crate::value::parse_value;
 
 /// Time limits for `status`, which has no session TTL: as for a 2 s TTL (200 ms per step).
 const STATUS_TIMEOUTS_TTL: Duration = Duration::from_secs(2);
@@ -119,7 +119,7 @@ impl RedlockBackend {
             let pttl = ttls.get(quorum - 1).copied().unwrap_or(0);
             // PTTL -1: a key without expiry (not written by locksmith); it never ends by itself.
             let left = if pttl == -1 { Duration::MAX } else { Duration::from_millis(pttl.max(0).unsigned_abs()) };
-            let (session, owner) = parse_value(value);
+            let (session, owner) = parse_hold_value(value);
             HolderStatus::new(session, owner, 0, left)
         });
         // Redlock waiters retry on their own: none is visible to the instances.

@@ -70,6 +70,5 @@ mod instance;
 mod session;
 mod timing;
 mod url;
-mod value;
 
 pub use backend::RedlockBackend;

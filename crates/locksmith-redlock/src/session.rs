@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use locksmith_core::driver::CancelGuard;
+use locksmith_core::driver::{new_hold_value, new_session_id, CancelGuard};
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use tokio::time::Instant;
 
@@ -16,7 +16,6 @@ use crate::cluster::{Cluster, Tally};
 use crate::holds::Holds;
 use crate::instance::Reply;
 use crate::timing::{round_backoff, within_validity, Timeouts};
-use crate::value::new_value;
 
 /// A session: an id, a TTL and the holds it keeps renewed.
 #[derive(Debug)]
@@ -32,7 +31,7 @@ pub(crate) struct RedlockSession {
 impl RedlockSession {
     pub(crate) fn new(cluster: Arc<Cluster>, ttl: Duration) -> Self {
         Self {
-            id: format!("{:016x}", rand::random::<u64>()),
+            id: new_session_id(),
             cluster,
             ttl,
             timeouts: Timeouts::for_ttl(ttl),
@@ -124,7 +123,7 @@ impl Session for RedlockSession {
                 return Err(Error::SessionExpired);
             }
             rounds += 1;
-            let value = new_value(&self.id, &req.owner);
+            let value = new_hold_value(&self.id, &req.owner);
             // Armed before the first SET leaves: a drop from here on (a failed round, or this future
             // dropped by a timeout or `select!`) releases this round's votes on every instance,
             // owner-checked.

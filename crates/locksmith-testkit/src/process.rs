@@ -14,6 +14,20 @@ pub fn spawn(name: &str, cmd: &mut Command) -> ChildProcess {
     ChildProcess::spawn(name, cmd).unwrap_or_else(|e| panic!("cannot start {name} ({cmd:?}): {e}"))
 }
 
+/// Spawns a server `name` with `cmd` and waits (≤ 20 s) until it accepts TCP connections on
+/// `127.0.0.1:port`: the start of every single-process test server.
+///
+/// # Panics
+/// When it cannot be started or does not listen in time (it is then killed by PID).
+pub(crate) fn spawn_listening(name: &str, cmd: &mut Command, port: u16) -> ChildProcess {
+    let p = spawn(name, cmd);
+    assert!(
+        crate::port::wait_listening(port, std::time::Duration::from_secs(20)),
+        "{name} did not listen on 127.0.0.1:{port} within 20 s"
+    );
+    p
+}
+
 /// `p`'s stdout, line by line as it comes, read on a thread of its own (so a test can wait for
 /// a line with a timeout while the process runs). Empty when its stdout was not piped or was
 /// taken already.

@@ -1,15 +1,13 @@
 //! Redis servers (Debian's `redis-server`) as real processes: plain, durable, or TLS-only with an
 //! ACL user.
 
+use nix::sys::signal::Signal;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Duration;
-
-use nix::sys::signal::Signal;
 
 use crate::certs::TestCerts;
-use crate::port::{free_port, wait_listening};
-use crate::process::{spawn, ChildProcess};
+use crate::port::free_port;
+use crate::process::{spawn_listening, ChildProcess};
 
 /// How to get `redis-server` when it is missing.
 pub const REDIS_SETUP: &str = "bash scripts/setup.sh (installs Debian's redis-server)";
@@ -195,13 +193,7 @@ impl RedisServer {
         if let Some(tls) = &self.tls {
             tls_args(&mut cmd, self.port, self.dir.path(), tls);
         }
-        let p = spawn("redis-server", &mut cmd);
-        assert!(
-            wait_listening(self.port, Duration::from_secs(20)),
-            "redis-server did not listen on 127.0.0.1:{} within 20 s",
-            self.port
-        );
-        self.process = Some(p);
+        self.process = Some(spawn_listening("redis-server", &mut cmd, self.port));
     }
 }
 

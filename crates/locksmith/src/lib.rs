@@ -21,6 +21,7 @@
 //! | `memory://[name]` | the native server's logic in this process, for tests | `memory` (default) |
 //! | `redis://[user:pass@]host:port[/db][?options]` | one Redis instance | `redis` |
 //! | `redlock://h1:p1,h2:p2,…[?options]` | Redlock over N independent Redis masters (no fencing tokens) | `redlock` |
+//! | `memcached://host[:port][?prefix=P]` | one memcached server, meta protocol (no fencing tokens) | `memcached` |
 //! | `etcd://host:port[,host:port…]` | etcd v3, Go `concurrency.Mutex` layout (`etcdctl lock`) | `etcd` |
 //! | `zk://host:port[,host:port…][/path]` | ZooKeeper, Curator `InterProcessMutex` layout | `zk` |
 //! | `postgres://…`, `postgresql://…` | PostgreSQL lease table (`locksmith_locks`) with a fencing counter; `?mode=advisory`: advisory locks; `?mode=row_lock`: `SELECT … FOR UPDATE` | `sql` |
@@ -66,6 +67,8 @@ pub fn backend(url: &str) -> Result<Arc<dyn Backend>> {
         "redis" => Ok(Arc::new(locksmith_redis::RedisBackend::from_url(url)?)),
         #[cfg(feature = "redlock")]
         "redlock" => Ok(Arc::new(locksmith_redlock::RedlockBackend::from_url(url)?)),
+        #[cfg(feature = "memcached")]
+        "memcached" => Ok(Arc::new(locksmith_memcached::MemcachedBackend::from_url(url)?)),
         #[cfg(feature = "etcd")]
         "etcd" => Ok(Arc::new(locksmith_etcd::EtcdBackend::from_url(url)?)),
         #[cfg(feature = "zk")]

@@ -73,8 +73,8 @@ pub struct RunArgs {
     /// Say nothing when the lock is not acquired (exit 75 all the same), e.g. for cron.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Lock even on a backend that cannot give a safe fencing token (Redlock); CMD then gets no
-    /// LOCKSMITH_TOKEN.
+    /// Lock even on a backend that cannot give a safe fencing token (Redlock, memcached); CMD
+    /// then gets no LOCKSMITH_TOKEN.
     #[arg(long)]
     pub unfenced: bool,
     /// After the lock is lost, or the command exited leaving processes behind: time between

@@ -5,6 +5,8 @@
 //!   leaves no waiter and no hold), and [`spawn_detached`] for every other spawn-on-drop.
 //! - [`holds`]: [`HoldTable`], a session's holds and the lost-holds helper every keep-alive
 //!   ends with.
+//! - [`hold_value`]: the unique value that identifies a hold on a backend without tokens
+//!   (Redlock, memcached), and the session id beside it.
 //! - [`url`]: [`BackendUrl`] and the scheme table [`SCHEMES`]; [`redact`] for text that may
 //!   hold a password.
 //! - [`tls`]: [`TlsFiles`], the `?ca=&cert=&key=` options every non-SQL driver reads.
@@ -14,6 +16,7 @@
 //! ([`Client`](crate::Client), [`Guard`](crate::Guard), the session keeper) does the rest.
 
 pub mod cancel;
+pub mod hold_value;
 pub mod holds;
 pub mod timing;
 pub mod tls;
@@ -24,6 +27,7 @@ pub mod tls_probe;
 pub mod url;
 
 pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
+pub use hold_value::{new_hold_value, new_session_id, parse_hold_value};
 pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};
 pub use tls::TlsFiles;

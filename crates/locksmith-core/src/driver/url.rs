@@ -48,6 +48,7 @@ pub const SCHEMES: &[Scheme] = &[
     scheme("redis", Some(6379), true, "redis"),
     tls_scheme("rediss", "redis", 6379, "redis"),
     scheme("redlock", Some(6379), true, "redlock"),
+    scheme("memcached", Some(11211), true, "memcached"),
     scheme("etcd", Some(2379), true, "etcd"),
     tls_scheme("etcds", "etcd", 2379, "etcd"),
     scheme("zk", Some(2181), true, "zk"),

@@ -1,0 +1,285 @@
+//! The lock states both views show (`status --watch`, `dashboard`), read only through the public
+//! backend API: a listing (`status`) every interval finds the locks under the prefix and their
+//! time left; where the backend can be observed (the native server, memory://, etcd,
+//! ZooKeeper), each shown lock's change stream (`observe`) brings its changes between listings.
+//! Where it cannot, the listing is all there is, and the views say "polling".
+//!
+//! The feed reads the backend only while somebody looks (a receiver of its channel): a dashboard
+//! nobody has open costs the backend nothing.
+
+mod history;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use locksmith::{Client, Error, LockName, LockStatus};
+use tokio::sync::{mpsc, watch, Notify};
+use tokio::task::JoinHandle;
+
+pub(crate) use history::Event;
+use history::History;
+
+/// At most this many locks are observed at once; beyond, the listing alone keeps them current
+/// (one stream per lock on a server with 10,000 locks would cost more than the listing).
+pub(crate) const MAX_OBSERVED: usize = 256;
+
+/// What a feed shows.
+#[derive(Debug, Clone)]
+pub(crate) struct FeedConfig {
+    /// Only locks whose name starts with this.
+    pub prefix: String,
+    /// How often the locks are listed.
+    pub interval: Duration,
+}
+
+/// How the shown states reach the feed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// Not known yet (no lock has been observed).
+    Listing,
+    /// The backend's change stream for each shown lock (up to [`MAX_OBSERVED`]), and the listing.
+    Observe,
+    /// The listing only: the backend cannot be observed.
+    Polling,
+}
+
+impl Source {
+    /// What a view says about it.
+    pub(crate) fn describe(self, interval: Duration) -> String {
+        let every = locksmith::format_duration(interval);
+        match self {
+            Source::Observe => {
+                format!("live: each lock's change stream (observe); the list and time left are read every {every}")
+            }
+            Source::Polling => format!("polling status every {every} (this backend has no change stream)"),
+            Source::Listing => format!("reading status every {every}"),
+        }
+    }
+
+    /// A short name for JSON.
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Source::Listing => "listing",
+            Source::Observe => "observe",
+            Source::Polling => "polling",
+        }
+    }
+}
+
+/// What the views draw: the locks as last read, and the changes seen recently.
+#[derive(Debug, Clone)]
+pub(crate) struct Snapshot {
+    /// The locks under the prefix, by name.
+    pub locks: Vec<LockStatus>,
+    /// When they were read (wall clock, for the page).
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub at: SystemTime,
+    /// When they were read (monotonic, for the terminal's countdown).
+    pub taken: tokio::time::Instant,
+    /// How they were read.
+    pub source: Source,
+    /// The last read's failure, while it lasts (the locks shown are then the last ones read).
+    pub error: Option<String>,
+    /// Grants, releases, expiries, hand-offs and waiter counts seen since the feed started
+    /// watching, the last [`history::KEEP`] of them.
+    #[cfg_attr(not(feature = "dashboard"), allow(dead_code))]
+    pub events: Arc<Vec<Event>>,
+}
+
+impl Snapshot {
+    fn empty() -> Self {
+        Self {
+            locks: Vec::new(),
+            at: SystemTime::now(),
+            taken: tokio::time::Instant::now(),
+            source: Source::Listing,
+            error: None,
+            events: Arc::new(Vec::new()),
+        }
+    }
+}
+
+/// A feed's output: subscribe to follow it; the first subscriber wakes it.
+#[derive(Debug, Clone)]
+pub(crate) struct Feed {
+    tx: watch::Sender<Arc<Snapshot>>,
+    wake: Arc<Notify>,
+}
+
+impl Feed {
+    /// Starts a feed over `client` (it sleeps until somebody subscribes).
+    pub(crate) fn start(client: Client, config: FeedConfig) -> Self {
+        let (tx, _) = watch::channel(Arc::new(Snapshot::empty()));
+        let wake = Arc::new(Notify::new());
+        let feed = Self { tx, wake };
+        let (updates, rx) = mpsc::channel(256);
+        tokio::spawn(Reader::new(client, config, feed.clone(), updates).run(rx));
+        feed
+    }
+
+    /// The snapshots from now on (the current one first).
+    pub(crate) fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        let rx = self.tx.subscribe();
+        self.wake.notify_one();
+        rx
+    }
+
+    /// Whether anybody follows the feed.
+    fn watched(&self) -> bool {
+        self.tx.receiver_count() > 0
+    }
+}
+
+type Update = (String, locksmith::Result<LockStatus>);
+
+/// The task behind a feed.
+struct Reader {
+    client: Client,
+    config: FeedConfig,
+    feed: Feed,
+    locks: BTreeMap<String, LockStatus>,
+    observers: HashMap<String, JoinHandle<()>>,
+    source: Source,
+    error: Option<String>,
+    history: History,
+    updates: mpsc::Sender<Update>,
+}
+
+impl Reader {
+    fn new(client: Client, config: FeedConfig, feed: Feed, updates: mpsc::Sender<Update>) -> Self {
+        Self {
+            client,
+            config,
+            feed,
+            locks: BTreeMap::new(),
+            observers: HashMap::new(),
+            source: Source::Listing,
+            error: None,
+            history: History::default(),
+            updates,
+        }
+    }
+
+    async fn run(mut self, mut updates: mpsc::Receiver<Update>) {
+        let mut tick = tokio::time::interval(self.config.interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if !self.feed.watched() {
+                self.stop_observing();
+                // Nobody looks: nothing is read until somebody subscribes again.
+                self.feed.wake.notified().await;
+                tick.reset_immediately();
+                continue;
+            }
+            tokio::select! {
+                _ = tick.tick() => self.list().await,
+                Some((name, update)) = updates.recv() => self.observed(name, update),
+                // A check now and then that somebody still looks, when nothing else happens.
+                _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
+            }
+            self.publish();
+        }
+    }
+
+    async fn list(&mut self) {
+        let read = self.client.status(None).await;
+        let now = SystemTime::now();
+        match read {
+            Ok(all) => {
+                self.error = None;
+                let prefix = &self.config.prefix;
+                let fresh: BTreeMap<String, LockStatus> = all
+                    .into_iter()
+                    .filter(|l| l.name.starts_with(prefix.as_str()))
+                    .map(|l| (l.name.clone(), l))
+                    .collect();
+                for (name, new) in &fresh {
+                    self.history.changed(name, self.locks.get(name), Some(new), now);
+                }
+                let gone: Vec<String> = self.locks.keys().filter(|n| !fresh.contains_key(*n)).cloned().collect();
+                for name in gone {
+                    self.history.changed(&name, self.locks.get(&name), None, now);
+                    if let Some(task) = self.observers.remove(&name) {
+                        task.abort();
+                    }
+                }
+                self.locks = fresh;
+                self.observe_new();
+            }
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    /// Starts a change stream for each listed lock that has none, while the backend can be
+    /// observed; a stream that ended (the backend went away) is started again.
+    fn observe_new(&mut self) {
+        if self.source == Source::Polling {
+            return;
+        }
+        self.observers.retain(|_, task| !task.is_finished());
+        let names: Vec<String> = self.locks.keys().filter(|n| !self.observers.contains_key(*n)).cloned().collect();
+        for name in names {
+            if self.observers.len() >= MAX_OBSERVED {
+                return;
+            }
+            let Ok(lock) = LockName::new(&name) else { continue };
+            let backend = self.client.backend().clone();
+            let up = self.updates.clone();
+            let key = name.clone();
+            let task = tokio::spawn(async move {
+                match backend.observe(&lock).await {
+                    Ok(mut rx) => {
+                        while let Some(item) = rx.recv().await {
+                            if up.send((name.clone(), item)).await.is_err() {
+                                return;
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        let _ = up.send((name, Err(e))).await;
+                    }
+                }
+            });
+            self.observers.insert(key, task);
+        }
+    }
+
+    fn observed(&mut self, name: String, update: locksmith::Result<LockStatus>) {
+        match update {
+            Ok(status) => {
+                self.source = Source::Observe;
+                // A stream may still deliver for a lock the listing has dropped since.
+                if self.observers.contains_key(&name) {
+                    self.history.changed(&name, self.locks.get(&name), Some(&status), SystemTime::now());
+                    self.locks.insert(name, status);
+                }
+            }
+            Err(Error::Unsupported(_)) => {
+                self.source = Source::Polling;
+                self.stop_observing();
+            }
+            // The stream ended; the next listing starts it again.
+            Err(e) => self.error = Some(e.to_string()),
+        }
+    }
+
+    fn stop_observing(&mut self) {
+        for (_, task) in self.observers.drain() {
+            task.abort();
+        }
+    }
+
+    fn publish(&mut self) {
+        let snapshot = Snapshot {
+            locks: self.locks.values().cloned().collect(),
+            at: SystemTime::now(),
+            taken: tokio::time::Instant::now(),
+            source: self.source,
+            error: self.error.clone(),
+            events: self.history.events(),
+        };
+        self.feed.tx.send_replace(Arc::new(snapshot));
+    }
+}

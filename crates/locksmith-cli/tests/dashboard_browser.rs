@@ -1,0 +1,153 @@
+//! `locksmith dashboard` in headless Chromium: the page follows real `locksmith run` processes
+//! without a reload — the lock appears with its holder within a second of the grant, a waiter
+//! appears and leaves, the hand-off changes the holder, the time left counts down — on the
+//! native server (observed), etcd (observed) and Redis (polled), and says which.
+//!
+//! With `LOCKSMITH_SCREENSHOTS=DIR` the busy page of each backend is saved as
+//! `DIR/dashboard-BACKEND.png` (the pictures in docs/).
+
+#[path = "support/webdriver.rs"]
+mod webdriver;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use locksmith_testkit::{free_port, spawn, ChildProcess, EtcdServer, NativeServer, RedisServer};
+use webdriver::Browser;
+
+const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
+
+/// `locksmith dashboard` for `url` on a free loopback port, and its page's address.
+fn dashboard(url: &str) -> (ChildProcess, String) {
+    let port = free_port();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["dashboard", "--backend", url, "--listen", &format!("127.0.0.1:{port}"), "--prefix", "dash-"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let p = spawn("locksmith dashboard", &mut cmd);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the dashboard did not listen within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    (p, format!("http://127.0.0.1:{port}/"))
+}
+
+/// `locksmith run NAME` holding for `secs` once granted; its command writes the wall-clock
+/// time of the grant (ms) to `stamp`.
+fn holder(url: &str, name: &str, secs: u32, stamp: &std::path::Path) -> ChildProcess {
+    let mut cmd = Command::new(BIN);
+    let script = format!("date +%s%3N > '{}'; sleep {secs}", stamp.display());
+    cmd.args(["run", name, "--backend", url, "--", "sh", "-c", &script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    spawn(&format!("locksmith run {name}"), &mut cmd)
+}
+
+/// The grant time a holder wrote, once it did.
+fn granted_at(stamp: &std::path::Path) -> u128 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(ms) = std::fs::read_to_string(stamp).ok().and_then(|s| s.trim().parse().ok()) {
+            return ms;
+        }
+        assert!(Instant::now() < deadline, "the holder was not granted within 10 s");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn now_ms() -> u128 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or_default()
+}
+
+/// A script returning `dash-job`'s first holder as `owner/token` when it is not `not` (owners
+/// are the backends' own ids: Redis and etcd name a hold by a random id, not by the process).
+fn holder_other_than(not: &str) -> String {
+    format!(
+        "const h = document.querySelector('[data-lock=\"dash-job\"] .holder');
+         const id = h && (h.dataset.owner + '/' + h.dataset.token);
+         return id && id !== '{not}' ? id : null;"
+    )
+}
+
+/// A script returning whether `dash-job` shows `n` waiters.
+fn waiters_are(n: u32) -> String {
+    format!(
+        "const c = document.querySelector('[data-lock=\"dash-job\"] .waiters .count');
+         return c !== null && c.textContent === '{n}';"
+    )
+}
+
+/// The page follows a lock on `url` through grant, wait, hand-off; `source` is what the page
+/// must say about how it learns of changes (`observe` or `polling`).
+fn the_page_follows_a_lock_live(url: &str, label: &str, source: &str) {
+    let (_dashboard, page) = dashboard(url);
+    let browser = Browser::start(1280, 860);
+    browser.open(&page);
+    browser.wait_for(
+        "the first state",
+        Duration::from_secs(10),
+        "return document.getElementById('source').className !== '';",
+    );
+    // Set once: still there at the end means the page was never reloaded.
+    browser.eval("window.__loaded_once = true; return null;");
+
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let (stamp_a, stamp_b) = (dir.path().join("a"), dir.path().join("b"));
+    let _first = holder(url, "dash-job", 3, &stamp_a);
+    let (owner, _) = browser.wait_for("the first holder", Duration::from_secs(10), &holder_other_than(""));
+    let owner = owner.as_str().unwrap_or_default().to_string();
+    let shown = now_ms();
+    let lag = shown.saturating_sub(granted_at(&stamp_a));
+    assert!(lag <= 1000, "{label}: the holder showed {lag} ms after the grant (at most 1 s)");
+    eprintln!("{label}: grant shown after {lag} ms (holder {owner})");
+
+    // The time left counts down between states.
+    let left = "return Number(document.querySelector('[data-lock=\"dash-job\"] .left').dataset.leftMs);";
+    let before = browser.eval(left).as_f64().unwrap_or_default();
+    std::thread::sleep(Duration::from_millis(300));
+    let after = browser.eval(left).as_f64().unwrap_or_default();
+    assert!(after < before && before > 0.0, "{label}: time left did not count down ({before} ms, then {after} ms)");
+
+    let _second = holder(url, "dash-job", 30, &stamp_b);
+    browser.wait_for("one waiter", Duration::from_secs(5), &waiters_are(1));
+    if let Ok(dir) = std::env::var("LOCKSMITH_SCREENSHOTS") {
+        std::thread::sleep(Duration::from_millis(600));
+        let path = std::path::Path::new(&dir).join(format!("dashboard-{label}.png"));
+        std::fs::write(&path, browser.screenshot()).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    }
+    // The first holder's command ends: the lock goes to the waiter, and nobody waits any more.
+    browser.wait_for("the hand-off to the waiter", Duration::from_secs(8), &holder_other_than(&owner));
+    browser.wait_for("no waiter", Duration::from_secs(3), &waiters_are(0));
+
+    let said = browser.eval("return document.getElementById('source').className;");
+    assert_eq!(said.as_str(), Some(source), "{label}: how the page says it learns of changes");
+    let text = browser.eval("return document.getElementById('events').innerText;");
+    let text = text.as_str().unwrap_or_default();
+    assert!(text.contains("granted to") && text.contains("waiters: 1"), "{label}: the changes list:\n{text}");
+    assert_eq!(
+        browser.eval("return window.__loaded_once === true;").as_bool(),
+        Some(true),
+        "{label}: the page reloaded"
+    );
+}
+
+#[test]
+fn on_the_native_server_the_page_follows_grants_waiters_and_hand_offs_live() {
+    let server = NativeServer::start(BIN.as_ref());
+    the_page_follows_a_lock_live(&server.url(), "native", "observe");
+}
+
+#[test]
+fn on_etcd_the_page_follows_grants_waiters_and_hand_offs_live() {
+    let server = EtcdServer::start();
+    the_page_follows_a_lock_live(&server.url(), "etcd", "observe");
+}
+
+#[test]
+fn on_redis_the_page_follows_grants_waiters_and_hand_offs_by_polling() {
+    let server = RedisServer::start();
+    the_page_follows_a_lock_live(&server.url(), "redis", "polling");
+}

@@ -19,6 +19,8 @@ pub const BROWSER_SETUP: &str = "bash scripts/setup.sh (installs Debian's chromi
 pub struct Browser {
     port: u16,
     session: String,
+    /// The browser's PID, to end it should the session not close it (a panicking test).
+    browser_pid: Option<i32>,
     // Dropped last: the session is deleted first, which closes the browser.
     _driver: locksmith_testkit::ChildProcess,
 }
@@ -46,13 +48,14 @@ impl Browser {
             "browserName": "chrome",
             "goog:chromeOptions": {
                 "binary": "/usr/bin/chromium",
-                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-crash-reporter", "--disable-breakpad",
                          format!("--window-size={width},{height}")],
             },
         }}});
         let answer = call(port, "POST", "/session", Some(&caps));
         let session = answer["sessionId"].as_str().unwrap_or_else(|| panic!("no session: {answer}")).to_string();
-        Self { port, session, _driver: driver }
+        let browser_pid = answer["capabilities"]["goog:processID"].as_i64().and_then(|p| i32::try_from(p).ok());
+        Self { port, session, browser_pid, _driver: driver }
     }
 
     fn command(&self, method: &str, path: &str, body: Option<&Value>) -> Value {
@@ -100,8 +103,12 @@ impl Browser {
 
 impl Drop for Browser {
     fn drop(&mut self) {
-        // Closes the browser; the driver is then ended by PID.
-        let _ = std::panic::catch_unwind(|| self.command("DELETE", "", None));
+        // Closes the browser; the driver is then ended by PID, and the browser too when the
+        // session could not close it (chromedriver does not end it when it is killed).
+        let closed = std::panic::catch_unwind(|| self.command("DELETE", "", None)).is_ok();
+        if let (false, Some(pid)) = (closed, self.browser_pid) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM);
+        }
     }
 }
 

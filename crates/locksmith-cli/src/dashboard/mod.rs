@@ -1,7 +1,7 @@
 //! `locksmith dashboard`: a read-only web page showing the locks under a prefix live — holders
 //! with time left counting down, waiters, a timeline of the last minutes, and a native
 //! cluster's nodes. The page is embedded in the binary; the states reach it by server-sent
-//! events from a [`Feed`](crate::feed::Feed), which reads the backend only while a page is open.
+//! events from a feed (`feed.rs`), which reads the backend only while a page is open.
 //! What the page shows is what the backend's own credentials (in `--backend`) let it see.
 
 mod json;

@@ -6,31 +6,22 @@
 //! With `LOCKSMITH_SCREENSHOTS=DIR` the busy page of each backend is saved as
 //! `DIR/dashboard-BACKEND.png` (the pictures in docs/).
 
+#[path = "support/dashboard.rs"]
+mod dashboard;
 #[path = "support/webdriver.rs"]
 mod webdriver;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use locksmith_testkit::{free_port, spawn, ChildProcess, EtcdServer, NativeCluster, NativeServer, RedisServer};
+use locksmith_testkit::{spawn, ChildProcess, EtcdServer, NativeCluster, NativeServer, RedisServer};
 use webdriver::Browser;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
-/// `locksmith dashboard` for `url` on a free loopback port, and its page's address.
+/// `locksmith dashboard` for `url` and its page's address.
 fn dashboard(url: &str, prefix: &str) -> (ChildProcess, String) {
-    let port = free_port();
-    let mut cmd = Command::new(BIN);
-    cmd.args(["dashboard", "--backend", url, "--listen", &format!("127.0.0.1:{port}"), "--prefix", prefix])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let p = spawn("locksmith dashboard", &mut cmd);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the dashboard did not listen within 20 s");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let (p, port) = dashboard::start(BIN, url, prefix);
     (p, format!("http://127.0.0.1:{port}/"))
 }
 

@@ -20,9 +20,24 @@ use tokio::task::JoinHandle;
 pub(crate) use history::Event;
 use history::History;
 
-/// At most this many locks are observed at once; beyond, the listing alone keeps them current
-/// (one stream per lock on a server with 10,000 locks would cost more than the listing).
-pub(crate) const MAX_OBSERVED: usize = 256;
+/// At most this many locks are observed at once; beyond, the listing alone keeps them current.
+/// Each stream is one HTTP/2 stream of the client's connection, and the native server allows
+/// 100 per connection by default (`--max-streams-per-connection`): with more, the listing itself
+/// would wait for a free stream, and the feed would stall.
+pub(crate) const MAX_OBSERVED: usize = 32;
+
+/// At least this long between two states: a lock handed over a thousand times a second would
+/// otherwise have the feed (and every open page) redraw a thousand times a second.
+const MIN_GAP: Duration = Duration::from_millis(200);
+
+/// A lock whose stream brings more changes than this in a second is left to the listing for
+/// [`BUSY_PAUSE`]: its states would come faster than anyone can read them, and each costs the
+/// backend a message and the feed a state.
+const BUSY: u32 = 50;
+const BUSY_PAUSE: Duration = Duration::from_secs(30);
+
+/// How long a listing may take before the feed reports it failed (and tries again).
+const LIST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a feed shows.
 #[derive(Debug, Clone)]
@@ -49,9 +64,10 @@ impl Source {
     pub(crate) fn describe(self, interval: Duration) -> String {
         let every = locksmith::format_duration(interval);
         match self {
-            Source::Observe => {
-                format!("live: each lock's change stream (observe); the list and time left are read every {every}")
-            }
+            Source::Observe => format!(
+                "live: each lock's change stream (observe), and a listing every {every} (new locks, time left, \
+                 locks changing over {BUSY} times a second)"
+            ),
             Source::Polling => format!("polling status every {every} (this backend has no change stream)"),
             Source::Listing => format!("reading status every {every}"),
         }
@@ -145,6 +161,12 @@ struct Reader {
     error: Option<String>,
     history: History,
     updates: mpsc::Sender<Update>,
+    /// When the last state was published.
+    published: tokio::time::Instant,
+    /// Per observed lock: since when its changes are counted, and how many came.
+    rates: HashMap<String, (tokio::time::Instant, u32)>,
+    /// Locks left to the listing (too busy to observe), until when.
+    too_busy: HashMap<String, tokio::time::Instant>,
 }
 
 impl Reader {
@@ -159,6 +181,9 @@ impl Reader {
             error: None,
             history: History::default(),
             updates,
+            published: tokio::time::Instant::now(),
+            rates: HashMap::new(),
+            too_busy: HashMap::new(),
         }
     }
 
@@ -175,7 +200,17 @@ impl Reader {
             }
             tokio::select! {
                 _ = tick.tick() => self.list().await,
-                Some((name, update)) = updates.recv() => self.observed(name, update),
+                Some((name, update)) = updates.recv() => {
+                    self.observed(name, update);
+                    // One state for a burst of changes (every stream's first state at once, a
+                    // busy lock), at most one per MIN_GAP.
+                    if let Some(wait) = MIN_GAP.checked_sub(self.published.elapsed()) {
+                        tokio::time::sleep(wait).await;
+                    }
+                    while let Ok((name, update)) = updates.try_recv() {
+                        self.observed(name, update);
+                    }
+                }
                 // A check now and then that somebody still looks, when nothing else happens.
                 _ = tokio::time::sleep(Duration::from_secs(1)) => continue,
             }
@@ -184,7 +219,14 @@ impl Reader {
     }
 
     async fn list(&mut self) {
-        let read = self.client.status(None).await;
+        let wait = LIST_TIMEOUT.max(self.config.interval * 4);
+        let read = match tokio::time::timeout(wait, self.client.status(None)).await {
+            Ok(read) => read,
+            Err(_) => {
+                self.error = Some(format!("status did not answer within {}", locksmith::format_duration(wait)));
+                return;
+            }
+        };
         let now = SystemTime::now();
         match read {
             Ok(all) => {
@@ -204,6 +246,7 @@ impl Reader {
                     if let Some(task) = self.observers.remove(&name) {
                         task.abort();
                     }
+                    self.rates.remove(&name);
                 }
                 self.locks = fresh;
                 self.observe_new();
@@ -219,7 +262,17 @@ impl Reader {
             return;
         }
         self.observers.retain(|_, task| !task.is_finished());
-        let names: Vec<String> = self.locks.keys().filter(|n| !self.observers.contains_key(*n)).cloned().collect();
+        let now = tokio::time::Instant::now();
+        self.too_busy.retain(|_, until| *until > now);
+        // The held and waited-for locks first: those change.
+        let mut names: Vec<(bool, String)> = self
+            .locks
+            .iter()
+            .filter(|(n, _)| !self.observers.contains_key(*n) && !self.too_busy.contains_key(*n))
+            .map(|(n, l)| (l.holders.is_empty() && l.waiters_or_zero() == 0, n.clone()))
+            .collect();
+        names.sort();
+        let names = names.into_iter().map(|(_, n)| n);
         for name in names {
             if self.observers.len() >= MAX_OBSERVED {
                 return;
@@ -253,7 +306,8 @@ impl Reader {
                 // A stream may still deliver for a lock the listing has dropped since.
                 if self.observers.contains_key(&name) {
                     self.history.changed(&name, self.locks.get(&name), Some(&status), SystemTime::now());
-                    self.locks.insert(name, status);
+                    self.locks.insert(name.clone(), status);
+                    self.count_change(name);
                 }
             }
             Err(Error::Unsupported(_)) => {
@@ -265,6 +319,23 @@ impl Reader {
         }
     }
 
+    /// Counts a change of `name` from its stream, and stops observing it when it is too busy.
+    fn count_change(&mut self, name: String) {
+        let now = tokio::time::Instant::now();
+        let (since, count) = self.rates.entry(name.clone()).or_insert((now, 0));
+        if now.duration_since(*since) > Duration::from_secs(1) {
+            (*since, *count) = (now, 0);
+        }
+        *count += 1;
+        if *count > BUSY {
+            self.rates.remove(&name);
+            if let Some(task) = self.observers.remove(&name) {
+                task.abort();
+            }
+            self.too_busy.insert(name, now + BUSY_PAUSE);
+        }
+    }
+
     fn stop_observing(&mut self) {
         for (_, task) in self.observers.drain() {
             task.abort();
@@ -272,6 +343,7 @@ impl Reader {
     }
 
     fn publish(&mut self) {
+        self.published = tokio::time::Instant::now();
         let snapshot = Snapshot {
             locks: self.locks.values().cloned().collect(),
             at: SystemTime::now(),
@@ -281,5 +353,62 @@ impl Reader {
             events: self.history.events(),
         };
         self.feed.tx.send_replace(Arc::new(snapshot));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+    use locksmith::{Backend, Session};
+
+    /// memory://, counting the listings.
+    #[derive(Debug)]
+    struct Counting {
+        inner: Arc<dyn Backend>,
+        listings: Arc<AtomicUsize>,
+    }
+
+    #[async_trait]
+    impl Backend for Counting {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn scheme(&self) -> &'static str {
+            self.inner.scheme()
+        }
+        async fn open_session(&self, ttl: Duration) -> locksmith::Result<Box<dyn Session>> {
+            self.inner.open_session(ttl).await
+        }
+        async fn status(&self, name: Option<&LockName>) -> locksmith::Result<Vec<LockStatus>> {
+            self.listings.fetch_add(1, Ordering::SeqCst);
+            self.inner.status(name).await
+        }
+    }
+
+    /// Nobody looks, nothing is read: the feed lists the locks only while it has a subscriber.
+    #[tokio::test(start_paused = true)]
+    async fn the_feed_reads_the_backend_only_while_somebody_looks() {
+        let listings = Arc::new(AtomicUsize::new(0));
+        let backend =
+            Counting { inner: locksmith::backend("memory://feed-idle").expect("memory"), listings: listings.clone() };
+        let client = Client::with_default_ttl(Arc::new(backend)).expect("client");
+        let feed = Feed::start(client, FeedConfig { prefix: String::new(), interval: Duration::from_millis(500) });
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(listings.load(Ordering::SeqCst), 0, "read while nobody looked");
+
+        let rx = feed.subscribe();
+        tokio::time::sleep(Duration::from_millis(2_100)).await;
+        let seen = listings.load(Ordering::SeqCst);
+        assert!((4..=6).contains(&seen), "{seen} listings in 2 s at one per 500 ms");
+
+        drop(rx);
+        // The feed notices within its idle check (1 s), then reads no more.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let after = listings.load(Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(listings.load(Ordering::SeqCst), after, "read after the last subscriber left");
     }
 }

@@ -272,10 +272,16 @@ impl Reader {
             .map(|(n, l)| (l.holders.is_empty() && l.waiters_or_zero() == 0, n.clone()))
             .collect();
         names.sort();
-        let names = names.into_iter().map(|(_, n)| n);
-        for name in names {
+        // A busy lock takes the stream of an idle one when all are in use.
+        let idle = |l: Option<&LockStatus>| l.is_none_or(|l| l.holders.is_empty() && l.waiters_or_zero() == 0);
+        let mut idle_observed: Vec<String> =
+            self.observers.keys().filter(|n| idle(self.locks.get(*n))).cloned().collect();
+        for (quiet, name) in names {
             if self.observers.len() >= MAX_OBSERVED {
-                return;
+                let Some(freed) = idle_observed.pop().filter(|_| !quiet) else { return };
+                if let Some(task) = self.observers.remove(&freed) {
+                    task.abort();
+                }
             }
             let Ok(lock) = LockName::new(&name) else { continue };
             let backend = self.client.backend().clone();
@@ -410,5 +416,42 @@ mod tests {
         let after = listings.load(Ordering::SeqCst);
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(listings.load(Ordering::SeqCst), after, "read after the last subscriber left");
+    }
+}
+
+#[cfg(test)]
+mod busy_first {
+    use super::*;
+
+    /// With every stream in use on idle locks, a lock that gets a holder takes one of them.
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_that_gets_busy_takes_the_stream_of_an_idle_one() {
+        let client = locksmith::connect("memory://feed-busy-first").await.expect("memory");
+        for i in 0..MAX_OBSERVED + 8 {
+            client.lock(&format!("idle-{i:03}")).await.expect("lock").unlock().await.expect("unlock");
+        }
+        let feed =
+            Feed::start(client.clone(), FeedConfig { prefix: String::new(), interval: Duration::from_millis(500) });
+        let mut rx = feed.subscribe();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        // The last name in order: observed only if it takes an idle lock's stream.
+        let guard = client.lock("idle-zzz").await.expect("lock");
+        tokio::time::sleep(Duration::from_millis(600)).await; // listed
+        rx.borrow_and_update();
+        // Released: only its stream tells at once (the next listing is up to 500 ms away).
+        drop(guard);
+        let seen = tokio::time::timeout(Duration::from_millis(300), async {
+            loop {
+                if rx.changed().await.is_err() {
+                    return false;
+                }
+                let s = rx.borrow_and_update().clone();
+                if s.locks.iter().any(|l| l.name == "idle-zzz" && l.holders.is_empty()) {
+                    return true;
+                }
+            }
+        })
+        .await;
+        assert_eq!(seen, Ok(true), "the release was not seen through a stream");
     }
 }

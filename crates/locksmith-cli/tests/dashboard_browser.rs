@@ -130,6 +130,14 @@ fn the_page_follows_a_lock_live(url: &str, label: &str, source: &str) {
     let text = browser.eval("return document.getElementById('events').innerText;");
     let text = text.as_str().unwrap_or_default();
     assert!(text.contains("granted to") && text.contains("waiters: 1"), "{label}: the changes list:\n{text}");
+    // The lock's own view: its card alone and its history, the hand-off named as one.
+    browser.eval("location.hash = '#lock=dash-job'; return null;");
+    browser.wait_for(
+        "the lock's history with the hand-off",
+        Duration::from_secs(3),
+        "return document.querySelectorAll('[data-lock]').length === 1
+           && document.getElementById('events').innerText.includes('handed from');",
+    );
     assert_eq!(
         browser.eval("return window.__loaded_once === true;").as_bool(),
         Some(true),

@@ -20,8 +20,8 @@ use webdriver::Browser;
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
 /// `locksmith dashboard` for `url` and its page's address.
-fn dashboard(url: &str, prefix: &str) -> (ChildProcess, String) {
-    let (p, port) = dashboard::start(BIN, url, prefix);
+fn dashboard(url: &str, prefix: &str, more: &[&str]) -> (ChildProcess, String) {
+    let (p, port) = dashboard::start_with(BIN, url, prefix, more);
     (p, format!("http://127.0.0.1:{port}/"))
 }
 
@@ -73,8 +73,8 @@ fn waiters_are(n: u32) -> String {
 
 /// The page follows a lock on `url` through grant, wait, hand-off; `source` is what the page
 /// must say about how it learns of changes (`observe` or `polling`).
-fn the_page_follows_a_lock_live(url: &str, label: &str, source: &str) {
-    let (_dashboard, page) = dashboard(url, "dash-");
+fn the_page_follows_a_lock_live(url: &str, label: &str, source: &str, more: &[&str]) {
+    let (_dashboard, page) = dashboard(url, "dash-", more);
     let browser = Browser::start(1280, 860);
     browser.open(&page);
     browser.wait_for(
@@ -130,6 +130,15 @@ fn the_page_follows_a_lock_live(url: &str, label: &str, source: &str) {
     let text = browser.eval("return document.getElementById('events').innerText;");
     let text = text.as_str().unwrap_or_default();
     assert!(text.contains("granted to") && text.contains("waiters: 1"), "{label}: the changes list:\n{text}");
+    if !more.is_empty() {
+        // The server's own figures: grants counted, a rate between two reads.
+        browser.wait_for(
+            "the server's figures",
+            Duration::from_secs(6),
+            r"const f = document.getElementById('figures');
+             return f && /grants\/s \d/.test(f.innerText) && /grants [1-9]/.test(f.innerText);",
+        );
+    }
     // The lock's own view: its card alone and its history, the hand-off named as one.
     browser.eval("location.hash = '#lock=dash-job'; return null;");
     browser.wait_for(
@@ -147,26 +156,27 @@ fn the_page_follows_a_lock_live(url: &str, label: &str, source: &str) {
 
 #[test]
 fn on_the_native_server_the_page_follows_grants_waiters_and_hand_offs_live() {
-    let server = NativeServer::start(BIN.as_ref());
-    the_page_follows_a_lock_live(&server.url(), "native", "observe");
+    let metrics = format!("127.0.0.1:{}", locksmith_testkit::free_port());
+    let server = NativeServer::start_with(BIN.as_ref(), &["--metrics-listen", &metrics]);
+    the_page_follows_a_lock_live(&server.url(), "native", "observe", &["--metrics", &metrics]);
 }
 
 #[test]
 fn on_etcd_the_page_follows_grants_waiters_and_hand_offs_live() {
     let server = EtcdServer::start();
-    the_page_follows_a_lock_live(&server.url(), "etcd", "observe");
+    the_page_follows_a_lock_live(&server.url(), "etcd", "observe", &[]);
 }
 
 #[test]
 fn on_zookeeper_the_page_follows_grants_waiters_and_hand_offs_live() {
     let server = ZkServer::start();
-    the_page_follows_a_lock_live(&server.url(), "zk", "observe");
+    the_page_follows_a_lock_live(&server.url(), "zk", "observe", &[]);
 }
 
 #[test]
 fn on_redis_the_page_follows_grants_waiters_and_hand_offs_by_polling() {
     let server = RedisServer::start();
-    the_page_follows_a_lock_live(&server.url(), "redis", "polling");
+    the_page_follows_a_lock_live(&server.url(), "redis", "polling", &[]);
 }
 
 /// `locksmith run NAME [OPTIONS] -- sleep SECS`.
@@ -185,7 +195,7 @@ fn run(url: &str, name: &str, options: &[&str], secs: f32) -> ChildProcess {
 fn on_a_native_cluster_the_page_shows_the_nodes_their_roles_the_term_and_the_leader() {
     let cluster = NativeCluster::start(BIN.as_ref(), 3);
     let url = cluster.url();
-    let (_dashboard, page) = dashboard(&url, "");
+    let (_dashboard, page) = dashboard(&url, "", &[]);
     let browser = Browser::start(1280, 1000);
     browser.open(&page);
     // A busy server: a mutex handed along a queue, a read/write lock with readers, a semaphore,

@@ -5,6 +5,7 @@
 //! What the page shows is what the backend's own credentials (in `--backend`) let it see.
 
 mod json;
+mod metrics;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -50,6 +51,10 @@ pub struct DashboardArgs {
     /// How often the locks are listed (for new locks, and time left).
     #[arg(long, default_value = "500ms", value_parser = crate::duration_arg)]
     pub interval: Duration,
+    /// The native server's `--metrics-listen` address (`HOST:PORT`): its grants, waits and WAL
+    /// syncs on the page.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics: Option<String>,
     /// Allow --listen on an address other than loopback: anyone who reaches it sees the locks.
     #[arg(long)]
     pub allow_remote: bool,
@@ -64,6 +69,8 @@ struct App {
     interval: Duration,
     /// The native client, for a cluster's status.
     native: Option<locksmith_native::NativeBackend>,
+    /// The native server's metrics address.
+    metrics: Option<String>,
 }
 
 /// Serves the dashboard until SIGINT/SIGTERM.
@@ -97,12 +104,14 @@ pub async fn dashboard(args: DashboardArgs) -> ExitCode {
         prefix: args.prefix,
         interval: args.interval,
         native,
+        metrics: args.metrics,
     });
     let router = Router::new()
         .route("/", get(|| async { Html(PAGE) }))
         .route("/events", get(events))
         .route("/state.json", get(state))
         .route("/cluster.json", get(cluster))
+        .route("/metrics.json", get(server_metrics))
         .with_state(app.clone());
     let listener = match tokio::net::TcpListener::bind(args.listen).await {
         Ok(l) => l,
@@ -163,6 +172,17 @@ async fn cluster(State(app): State<Arc<App>>) -> impl IntoResponse {
         Ok(s) => serde_json::json!({ "cluster": true, "status": crate::cluster::status_json(&s) }),
         Err(locksmith_native::ClusterError::NotACluster { .. }) => serde_json::json!({ "cluster": false }),
         Err(e) => serde_json::json!({ "cluster": true, "error": e.to_string() }),
+    })
+}
+
+/// The native server's figures (`--metrics`); `{"metrics": false}` without it.
+async fn server_metrics(State(app): State<Arc<App>>) -> impl IntoResponse {
+    let Some(addr) = &app.metrics else {
+        return json_body(serde_json::json!({ "metrics": false }));
+    };
+    json_body(match metrics::scrape(addr).await {
+        Ok(text) => serde_json::json!({ "metrics": true, "figures": metrics::figures(&text) }),
+        Err(e) => serde_json::json!({ "metrics": true, "error": e }),
     })
 }
 

@@ -16,9 +16,18 @@ use locksmith_testkit::{free_port, spawn, ChildProcess};
 /// # Panics
 /// When it does not listen within 20 s.
 pub fn start(bin: &str, url: &str, prefix: &str) -> (ChildProcess, u16) {
+    start_with(bin, url, prefix, &[])
+}
+
+/// [`start`] with more arguments, e.g. `["--metrics", "127.0.0.1:9531"]`.
+///
+/// # Panics
+/// As [`start`].
+pub fn start_with(bin: &str, url: &str, prefix: &str, more: &[&str]) -> (ChildProcess, u16) {
     let port = free_port();
     let mut cmd = Command::new(bin);
     cmd.args(["dashboard", "--backend", url, "--listen", &format!("127.0.0.1:{port}"), "--prefix", prefix])
+        .args(more)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());

@@ -10,11 +10,14 @@ cd "$(dirname "$0")/.."
 # ZooKeeper tests with the machine's javac). PostgreSQL and MariaDB for the SQL driver tests.
 # memcached for its (unfenced) driver's tests.
 # libfaketime (`faketime`) skews a client process's wall clock in the SQL clock-skew tests.
+# tmux is the terminal of the `status --watch` test; Chromium and its WebDriver server drive the
+# dashboard's page in the browser test.
 packages=(
   redis-server memcached
   postgresql mariadb-server faketime
   etcd-server etcd-client
   zookeeper libzookeeper-java libcurator-recipes-java libcurator-framework-java libcurator-client-java
+  tmux chromium chromium-driver
 )
 need_apt=()
 for p in "${packages[@]}"; do

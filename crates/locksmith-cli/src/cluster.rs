@@ -280,7 +280,7 @@ fn print_status(s: &ClusterStatus) {
     }
 }
 
-fn status_json(s: &ClusterStatus) -> serde_json::Value {
+pub(crate) fn status_json(s: &ClusterStatus) -> serde_json::Value {
     json!({
         "node_id": s.node_id,
         "leader_view": s.is_leader_view(),

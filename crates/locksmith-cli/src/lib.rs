@@ -1,12 +1,12 @@
-//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `cluster`, `admin`, `bench`, `chaos`,
-//! `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
+//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `cluster`, `admin`,
+//! `dashboard`, `bench`, `chaos`, `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
 //! `locksmith-chaos` crate); this file only parses arguments and sets up logging and the runtime.
 //!
 //! # Features
 //!
 //! All on by default. Backends, each turning on the `locksmith` facade's driver: `redis`,
-//! `redlock`, `memcached`, `etcd`, `zk`, `sql` (which also brings the `sql` subcommand). Subcommands: `bench`
-//! and `chaos` (with the hidden `chaos-worker`). Without default features the binary is
+//! `redlock`, `memcached`, `etcd`, `zk`, `sql` (which also brings the `sql` subcommand). Subcommands:
+//! `dashboard`, `bench` and `chaos` (with the hidden `chaos-worker`). Without default features the binary is
 //! native-only (`serve`, `run`, `status`, `cluster` over `locksmith://` and `memory://`); a subcommand
 //! left out is not offered, and asking for it says which feature it needs.
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms)]
@@ -17,7 +17,10 @@ use clap::{Parser, Subcommand};
 
 pub mod admin;
 pub mod cluster;
+#[cfg(feature = "dashboard")]
+pub mod dashboard;
 pub mod elect;
+mod feed;
 pub mod run;
 pub mod serve;
 mod serve_config;
@@ -25,6 +28,7 @@ mod serve_metrics;
 #[cfg(feature = "sql")]
 pub mod sql;
 pub mod status;
+mod status_watch;
 mod table;
 
 #[cfg(feature = "bench")]
@@ -62,6 +66,10 @@ pub enum Command {
   locksmith token > jobs.token      # stdout: the token; stderr: the policy line to add
   locksmith run nightly --backend 'locksmith://locks:7531?token_file=jobs.token' -- ./job.sh")]
     Token,
+    /// Serve a read-only web page showing the locks live: holders, time left, waiters, a
+    /// timeline, and a native cluster's nodes.
+    #[cfg(feature = "dashboard")]
+    Dashboard(dashboard::DashboardArgs),
     /// Measure lock latency and throughput against a backend.
     #[cfg(feature = "bench")]
     Bench(bench::BenchArgs),
@@ -83,6 +91,7 @@ fn left_out(subcommand: &str) -> Option<&'static str> {
     match subcommand {
         "bench" if !cfg!(feature = "bench") => Some("bench"),
         "sql" if !cfg!(feature = "sql") => Some("sql"),
+        "dashboard" if !cfg!(feature = "dashboard") => Some("dashboard"),
         "chaos" | "chaos-worker" if !cfg!(feature = "chaos") => Some("chaos"),
         _ => None,
     }
@@ -151,6 +160,8 @@ pub fn main() -> ExitCode {
             Command::Cluster(a) => cluster::cluster(a).await,
             Command::Admin(a) => admin::admin(a).await,
             Command::Token => token(),
+            #[cfg(feature = "dashboard")]
+            Command::Dashboard(a) => dashboard::dashboard(a).await,
             #[cfg(feature = "bench")]
             Command::Bench(a) => bench::bench(a).await,
             #[cfg(feature = "sql")]

@@ -7,7 +7,7 @@ use locksmith::LockStatus;
 use serde_json::json;
 
 use crate::exit;
-use crate::table::{or_dash, print_table};
+use crate::table::{or_dash, render_table};
 
 /// Arguments of `locksmith status`.
 #[derive(Debug, Args)]
@@ -15,6 +15,7 @@ use crate::table::{or_dash, print_table};
   locksmith status                          # every lock with a holder or waiters
   locksmith status nightly-report --json    # one lock as a JSON object
   locksmith status --backend redis://127.0.0.1:6379
+  locksmith status --watch --prefix nightly-   # redrawn in place until Ctrl-C
 
 A '-' is a value the backend cannot tell (e.g. ZooKeeper does not show a session's time left,
 SQLite's waiters poll and are not counted).")]
@@ -25,11 +26,22 @@ pub struct StatusArgs {
     #[arg(long, env = "LOCKSMITH_BACKEND", default_value = crate::DEFAULT_BACKEND)]
     pub backend: String,
     /// Print JSON instead of a table.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "watch")]
     pub json: bool,
     /// Bound on reaching the backend and getting its answer (exit 69 when it passes).
     #[arg(long, default_value = "10s", value_parser = crate::duration_arg)]
     pub connect_timeout: std::time::Duration,
+    /// Keep the table on screen, redrawn in place as locks change (until Ctrl-C): changes come
+    /// from the backend's change stream where it has one, otherwise from reading status every
+    /// --interval; time left counts down in between.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: only locks whose name starts with this.
+    #[arg(long, requires = "watch", default_value = "")]
+    pub prefix: String,
+    /// With --watch: how often the locks are listed.
+    #[arg(long, requires = "watch", default_value = "500ms", value_parser = crate::duration_arg)]
+    pub interval: std::time::Duration,
 }
 
 /// Prints the status.
@@ -41,6 +53,9 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         Ok(c) => c,
         Err(e) => return exit::report("status", &e),
     };
+    if args.watch {
+        return crate::status_watch::watch(client, &args).await;
+    }
     let answer = tokio::time::timeout(args.connect_timeout, client.status(args.name.as_deref())).await;
     let locks = match answer {
         Ok(Ok(l)) => l,
@@ -69,12 +84,17 @@ pub async fn status(args: StatusArgs) -> ExitCode {
         }
         return ExitCode::SUCCESS;
     }
+    print!("{}", render(&locks));
+    ExitCode::SUCCESS
+}
+
+/// The status table of `locks`.
+pub(crate) fn render(locks: &[LockStatus]) -> String {
     // The VALUE column (an election's proposal) only when some holder has one.
     let shown = if locks.iter().any(|l| l.holders.iter().any(|h| h.value.is_some())) { 8 } else { 7 };
     let rows: Vec<Vec<String>> = locks.iter().flat_map(table_rows).map(|r| r[..shown].to_vec()).collect();
     let header = ["LOCK", "STATE", "HOLDER", "SESSION", "TOKEN", "WAITERS", "TTL LEFT", "VALUE"];
-    print_table(&header[..shown], &rows, |i| (4..7).contains(&i));
-    ExitCode::SUCCESS
+    render_table(&header[..shown], &rows, |i| (4..7).contains(&i))
 }
 
 /// One row per holder (readers and permit holders each get theirs), or one for a free lock.
@@ -112,7 +132,7 @@ fn table_rows(l: &LockStatus) -> Vec<[String; 8]> {
         .collect()
 }
 
-fn mode_name(mode: locksmith::HoldMode) -> &'static str {
+pub(crate) fn mode_name(mode: locksmith::HoldMode) -> &'static str {
     match mode {
         locksmith::HoldMode::Shared => "shared",
         locksmith::HoldMode::Permit(_) => "permit",
@@ -120,7 +140,7 @@ fn mode_name(mode: locksmith::HoldMode) -> &'static str {
     }
 }
 
-fn json_row(l: &LockStatus) -> serde_json::Value {
+pub(crate) fn json_row(l: &LockStatus) -> serde_json::Value {
     json!({
         "name": l.name,
         "held": l.holder.is_some(),

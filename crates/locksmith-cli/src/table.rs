@@ -4,6 +4,16 @@
 /// characters); a column is right-aligned where `right_aligned` says so (numbers), otherwise
 /// left-aligned. Trailing spaces are trimmed.
 pub(crate) fn print_table<R: AsRef<[String]>>(header: &[&str], rows: &[R], right_aligned: impl Fn(usize) -> bool) {
+    print!("{}", render_table(header, rows, right_aligned));
+}
+
+/// The table [`print_table`] prints, each line ending in a newline.
+pub(crate) fn render_table<R: AsRef<[String]>>(
+    header: &[&str],
+    rows: &[R],
+    right_aligned: impl Fn(usize) -> bool,
+) -> String {
+    let mut out = String::new();
     let header: Vec<String> = header.iter().map(|h| h.to_string()).collect();
     let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
     for r in rows {
@@ -18,8 +28,10 @@ pub(crate) fn print_table<R: AsRef<[String]>>(header: &[&str], rows: &[R], right
             .enumerate()
             .map(|(i, (cell, &w))| if right_aligned(i) { format!("{cell:>w$}") } else { format!("{cell:<w$}") })
             .collect();
-        println!("{}", line.join("  ").trim_end());
+        out.push_str(line.join("  ").trim_end());
+        out.push('\n');
     }
+    out
 }
 
 /// `-` for a value the backend cannot tell (or does not know yet).

@@ -30,6 +30,7 @@ use crate::membership::ClusterView;
 use crate::membership::Removed;
 use crate::network::pb::raft_server::RaftServer;
 use crate::network::Network;
+use crate::network::NodeGate;
 use crate::network::RaftService;
 use crate::state_machine::Replica;
 use crate::state_machine::Replicated;
@@ -55,6 +56,7 @@ pub struct RaftNode<M> {
     heartbeat: Duration,
     /// The leadership watch, and a delayed initialization: ended with the node.
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    auth: Option<crate::network::NodeAuth>,
 }
 
 impl<M> fmt::Debug for RaftNode<M> {
@@ -127,7 +129,8 @@ impl<M: Replicated> RaftNode<M> {
             config.connect_timeout,
             config.unreachable_backoff,
             config.routes.clone(),
-        );
+        )
+        .with_secret(config.auth.as_ref().map(|a| a.secret.clone()));
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
@@ -168,6 +171,7 @@ impl<M: Replicated> RaftNode<M> {
             election_timeout: config.election_timeout_max,
             heartbeat: config.heartbeat,
             tasks,
+            auth: config.auth,
         })
     }
 
@@ -406,8 +410,11 @@ impl<M> RaftNode<M> {
 
     /// The `locksmith.raft.v1.Raft` gRPC service of this node, to add to the application's
     /// tonic router (with its TLS) on the address the cluster knows the node by.
-    pub fn service(&self) -> RaftServer<RaftService> {
-        RaftService::new(self.id, self.raft.clone()).into_server()
+    ///
+    /// With [`NodeConfig::auth`], a call is served only when it carries a valid node proof from
+    /// a member; others are refused before their message is read.
+    pub fn service(&self) -> NodeGate<RaftServer<RaftService>> {
+        RaftService::new(self.id, self.raft.clone(), self.auth.clone()).into_server()
     }
 
     /// The openraft handle, for what this API does not cover.

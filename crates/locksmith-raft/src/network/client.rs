@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use locksmith_proto::node_proof::ClusterSecret;
+use locksmith_proto::node_proof::NODE_PROOF_HEADER;
 use openraft::error::InstallSnapshotError;
 use openraft::error::NetworkError;
 use openraft::error::PayloadTooLarge;
@@ -53,6 +55,8 @@ pub struct Network {
     backoff: Duration,
     /// Peers this node reaches at another address than the membership's.
     routes: Arc<BTreeMap<NodeId, String>>,
+    /// Proves every call to come from this node (see [`Network::with_secret`]).
+    secret: Option<ClusterSecret>,
 }
 
 impl Network {
@@ -68,7 +72,15 @@ impl Network {
         backoff: Duration,
         routes: BTreeMap<NodeId, String>,
     ) -> Self {
-        Self { id, channels: Arc::default(), tls, connect_timeout, backoff, routes: Arc::new(routes) }
+        Self { id, channels: Arc::default(), tls, connect_timeout, backoff, routes: Arc::new(routes), secret: None }
+    }
+
+    /// The same network, putting a node proof made with `secret` on every call (peers that
+    /// authenticate nodes refuse calls without one).
+    #[must_use]
+    pub fn with_secret(mut self, secret: Option<ClusterSecret>) -> Self {
+        self.secret = secret;
+        self
     }
 
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
@@ -102,7 +114,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         let client = self.channel(target, &node.addr).map(|ch| {
             RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
         });
-        PeerClient { id: self.id, target, node: node.clone(), client, backoff: self.backoff }
+        PeerClient {
+            id: self.id,
+            target,
+            node: node.clone(),
+            client,
+            backoff: self.backoff,
+            secret: self.secret.clone(),
+        }
     }
 }
 
@@ -114,6 +133,7 @@ pub struct PeerClient {
     node: Node,
     client: Result<RaftClient<Channel>, String>,
     backoff: Duration,
+    secret: Option<ClusterSecret>,
 }
 
 #[derive(Clone, Copy)]
@@ -129,6 +149,15 @@ impl Rpc {
             Rpc::AppendEntries => RPCTypes::AppendEntries,
             Rpc::Vote => RPCTypes::Vote,
             Rpc::InstallSnapshot => RPCTypes::InstallSnapshot,
+        }
+    }
+
+    /// The gRPC path, which a node proof covers.
+    fn path(self) -> &'static str {
+        match self {
+            Rpc::AppendEntries => "/locksmith.raft.v1.Raft/AppendEntries",
+            Rpc::Vote => "/locksmith.raft.v1.Raft/Vote",
+            Rpc::InstallSnapshot => "/locksmith.raft.v1.Raft/InstallSnapshot",
         }
     }
 }
@@ -148,7 +177,12 @@ impl PeerClient {
         let network = |e: &dyn ToString| RPCError::Network(NetworkError::from(AnyError::error(e.to_string())));
         let client = self.client.as_mut().map_err(|e| network(e))?;
         let payload = postcard::to_stdvec(req).map_err(|e| network(&e))?;
+        let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, 0, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
+        if let Some(proof) = proof {
+            let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network(&e))?;
+            request.metadata_mut().insert(NODE_PROOF_HEADER, value);
+        }
         // openraft gives up at the hard TTL; answering a timeout a little before lets
         // `append_entries` turn it into a smaller batch. The deadline also travels as
         // `grpc-timeout`, so the peer stops working on a request its sender has given up on.

@@ -1,0 +1,270 @@
+//! Only nodes speak Raft (issue 29): a 3-node cluster of real processes, each started with the
+//! cluster secret, attacked through its own port with the project's `raft.proto` — forged
+//! max-term appends and votes from a made-up node 99, an empty snapshot, membership changes —
+//! without credentials, with another cluster's secret, with a client token, and with the right
+//! secret in the name of a node that is no member. Every call is refused, and the cluster's
+//! term, leader, voters and a held lock's token stay as they were.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use locksmith_raft::network::pb::raft_client::RaftClient;
+use locksmith_raft::network::pb::RaftRequest;
+use locksmith_raft::types::TypeConfig;
+use locksmith_server::node_proof::{ClusterSecret, NODE_PROOF_HEADER};
+use locksmith_testkit::{write_cluster_secret, NativeCluster};
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use openraft::{SnapshotMeta, Vote};
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
+
+/// The term of every forged request: openraft's core once panicked on the election after it.
+const MAX_TERM: u64 = u64::MAX - 1;
+/// The made-up node the attacker claims to be.
+const INTRUDER: u64 = 99;
+
+#[derive(Clone, Copy, Debug)]
+enum Rpc {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+impl Rpc {
+    fn path(self) -> &'static str {
+        match self {
+            Rpc::Append => "/locksmith.raft.v1.Raft/AppendEntries",
+            Rpc::Vote => "/locksmith.raft.v1.Raft/Vote",
+            Rpc::Snapshot => "/locksmith.raft.v1.Raft/InstallSnapshot",
+        }
+    }
+
+    /// The forged openraft request, postcard-encoded, in the name of node `from`.
+    fn payload(self, from: u64) -> Vec<u8> {
+        let vote = Vote::new_committed(MAX_TERM, from);
+        let encoded = match self {
+            Rpc::Append => postcard::to_stdvec(&AppendEntriesRequest::<TypeConfig> {
+                vote,
+                prev_log_id: None,
+                entries: vec![],
+                leader_commit: None,
+            }),
+            Rpc::Vote => postcard::to_stdvec(&VoteRequest::new(Vote::new(MAX_TERM, from), None)),
+            // An empty snapshot: once it wiped every lock's counter.
+            Rpc::Snapshot => postcard::to_stdvec(&InstallSnapshotRequest::<TypeConfig> {
+                vote,
+                meta: SnapshotMeta::default(),
+                offset: 0,
+                data: vec![],
+                done: true,
+            }),
+        };
+        encoded.unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// What the attacker presents.
+#[derive(Clone, Copy, Debug)]
+enum Credential<'a> {
+    Nothing,
+    /// A node proof made with this secret, as node `sender`.
+    Proof(&'a ClusterSecret, u64),
+    /// A client's bearer token.
+    Bearer(&'a str),
+}
+
+/// Sends one forged call to node `target` at `addr`; the gRPC code it got.
+async fn forge(addr: &str, target: u64, rpc: Rpc, from: u64, credential: Credential<'_>) -> tonic::Code {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .connect()
+        .await
+        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let mut client = RaftClient::new(channel);
+    let payload = rpc.payload(from);
+    let mut request = tonic::Request::new(RaftRequest { target, payload: payload.clone() });
+    let metadata = request.metadata_mut();
+    match credential {
+        Credential::Nothing => {}
+        Credential::Proof(secret, sender) => {
+            let proof = secret.prove(rpc.path(), sender, target, 0, &payload);
+            metadata.insert(NODE_PROOF_HEADER, proof.parse().unwrap_or_else(|e| panic!("{e}")));
+        }
+        Credential::Bearer(token) => {
+            metadata.insert("authorization", format!("Bearer {token}").parse().unwrap_or_else(|e| panic!("{e}")));
+        }
+    }
+    let answer = match rpc {
+        Rpc::Append => client.append_entries(request).await,
+        Rpc::Vote => client.vote(request).await,
+        Rpc::Snapshot => client.install_snapshot(request).await,
+    };
+    match answer {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    }
+}
+
+/// (term, leader, voters) as `cluster status --json` tells through `backend`.
+fn view(c: &NativeCluster, backend: Option<&str>) -> (u64, u64, Vec<u64>) {
+    let out = c.cluster_command(&["status", "--json"], backend);
+    assert!(out.status.success(), "cluster status: {}", String::from_utf8_lossy(&out.stderr));
+    let s: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let voters = s["nodes"]
+        .as_array()
+        .map(|n| n.iter().filter(|n| n["voter"] == true).filter_map(|n| n["id"].as_u64()).collect())
+        .unwrap_or_default();
+    (s["term"].as_u64().unwrap_or(0), s["leader_id"].as_u64().unwrap_or(0), voters)
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs every forged call against every node with each credential; each must be refused.
+async fn attack(c: &NativeCluster, credentials: &[Credential<'_>]) {
+    for id in c.ids() {
+        let addr = c.addr(id);
+        for rpc in [Rpc::Append, Rpc::Vote, Rpc::Snapshot] {
+            for credential in credentials {
+                // In the intruder's name, and in the name of a real member (the leader's id).
+                for from in [INTRUDER, 1] {
+                    let code = forge(&addr, id, rpc, from, *credential).await;
+                    assert!(
+                        matches!(code, tonic::Code::Unauthenticated | tonic::Code::PermissionDenied),
+                        "node {id} answered {code:?} to a forged {rpc:?} from node {from} with {credential:?}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Forged Raft traffic and membership changes from anyone without the cluster secret are
+/// refused on every node, and change nothing: same term, leader and voters, the held lock keeps
+/// its token, and the next grant of that lock continues above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_raft_calls_and_membership_changes_without_the_secret_change_nothing() {
+    let c = NativeCluster::start(BIN.as_ref(), 3);
+    let url = c.url();
+    let client = locksmith::connect_with_ttl(&url, Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    let guard = client.lock("fenced").await.unwrap_or_else(|e| panic!("{e}"));
+    let token = guard.token();
+    let before = view(&c, None);
+
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let other_file = write_cluster_secret(dir.path());
+    let other = ClusterSecret::load(&other_file).unwrap_or_else(|e| panic!("{e}"));
+    let ours = ClusterSecret::load(c.secret_file()).unwrap_or_else(|e| panic!("{e}"));
+    attack(&c, &[Credential::Nothing, Credential::Proof(&other, INTRUDER), Credential::Bearer("not-a-node")]).await;
+    // The right secret in the name of a node that is no member: refused before openraft hears
+    // of it (a proof names its sender, and the vote inside must be the sender's).
+    for id in c.ids() {
+        for rpc in [Rpc::Append, Rpc::Vote, Rpc::Snapshot] {
+            let code = forge(&c.addr(id), id, rpc, INTRUDER, Credential::Proof(&ours, INTRUDER)).await;
+            assert_eq!(code, tonic::Code::PermissionDenied, "node {id}, {rpc:?} from a non-member");
+            // A member's proof carrying another node's vote.
+            let code = forge(&c.addr(id), id, rpc, INTRUDER, Credential::Proof(&ours, 2)).await;
+            assert!(
+                matches!(code, tonic::Code::PermissionDenied | tonic::Code::FailedPrecondition),
+                "node {id}, {rpc:?} from node 2 in node 99's name: {code:?}"
+            );
+        }
+    }
+
+    // Membership changes without the secret, and with another cluster's: exit 77, no change.
+    for secret in [None, Some(other_file.as_path())] {
+        for args in [vec!["remove", "3"], vec!["add", "99", "127.0.0.1:1"]] {
+            let mut cmd = Command::new(BIN);
+            cmd.arg("cluster").args(&args).args(["--backend", &url, "--timeout", "2s"]);
+            if let Some(file) = secret {
+                cmd.arg("--cluster-secret-file").arg(file);
+            }
+            let out = cmd.output().unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(out.status.code(), Some(77), "{args:?} with {secret:?}: {}", stderr(&out));
+        }
+    }
+
+    assert_eq!(view(&c, None), before, "the cluster's term, leader or voters changed");
+    assert!(guard.is_held(), "the holder lost its lock");
+    let status = client.status(Some("fenced")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status.first().map(|s| s.last_token), Some(token), "{status:?}");
+    guard.unlock().await.unwrap_or_else(|e| panic!("{e}"));
+    let next = client.lock("fenced").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(next.token() > token, "token {} after {token}: a counter went backwards", next.token());
+    let _ = next.unlock().await;
+
+    // The nodes' own credential does change the membership (the secret, no --auth).
+    let out = c.cluster_command(&["add", "3", &c.addr(3)], None);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing changed"));
+}
+
+/// Under `--auth`, a client's valid token — an admin's included — is no node credential for
+/// Raft; a lock-only principal cannot change the membership either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn client_tokens_never_speak_raft() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let token = |name: &str| {
+        let out = Command::new(BIN).arg("token").output().unwrap_or_else(|e| panic!("{e}"));
+        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let digest = err.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {err}")).to_string();
+        let path = dir.path().join(name);
+        std::fs::write(&path, format!("{token}\n")).unwrap_or_else(|e| panic!("{e}"));
+        (token, digest, path.display().to_string())
+    };
+    let (jobs, admin) = (token("jobs.token"), token("admin.token"));
+    let policy = dir.path().join("policy.toml");
+    let text = format!(
+        "[principals.jobs]\ntokens = [\"{}\"]\nlock = [\"jobs/\"]\n\n[principals.ops]\ntokens = [\"{}\"]\nadmin = true\n",
+        jobs.1, admin.1
+    );
+    std::fs::write(&policy, text).unwrap_or_else(|e| panic!("{e}"));
+    let admin_query = format!("token_file={}", admin.2);
+    let c = NativeCluster::start_with(BIN.as_ref(), 3, &["--auth", &policy.display().to_string()], Some(&admin_query));
+    let before = view(&c, None);
+    attack(&c, &[Credential::Bearer(&jobs.0), Credential::Bearer(&admin.0)]).await;
+    let as_jobs = format!("locksmith://{}?token_file={}", c.hosts(), jobs.2);
+    let out = c.cluster_command(&["remove", "3", "--timeout", "2s"], Some(&as_jobs));
+    assert_eq!(out.status.code(), Some(77), "{}", stderr(&out));
+    assert_eq!(view(&c, None), before, "the cluster's term, leader or voters changed");
+}
+
+/// A cluster node never starts without node authentication: `--node-id` without a secret, a
+/// secret file other users may read, or one too short, exit 78 naming what to do.
+#[test]
+fn a_cluster_node_without_a_usable_secret_exits_78() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let data = dir.path().join("data");
+    let serve = |extra: &[&str]| {
+        Command::new(BIN)
+            .args(["serve", "--listen", "127.0.0.1:0", "--node-id", "1", "--peers", "1=127.0.0.1:7531"])
+            .arg("--data-dir")
+            .arg(&data)
+            .args(extra)
+            .output()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let out = serve(&[]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--cluster-secret-file"), "{}", stderr(&out));
+
+    let open = dir.path().join("open.secret");
+    std::fs::write(&open, "0123456789abcdef0123456789abcdef\n").unwrap_or_else(|e| panic!("{e}"));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap_or_else(|e| panic!("{e}"));
+    let out = serve(&["--cluster-secret-file", &open.display().to_string()]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(stderr(&out).contains("chmod 600"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("0123456789abcdef"), "the secret was printed: {}", stderr(&out));
+
+    let short = dir.path().join("short.secret");
+    std::fs::write(&short, "tiny\n").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::set_permissions(&short, std::fs::Permissions::from_mode(0o600)).unwrap_or_else(|e| panic!("{e}"));
+    let out = serve(&["--cluster-secret-file", &short.display().to_string()]);
+    assert_eq!(out.status.code(), Some(78), "{}", stderr(&out));
+    assert!(stderr(&out).contains("at least 16"), "{}", stderr(&out));
+    assert!(!data.exists(), "a refused start created the data directory");
+}

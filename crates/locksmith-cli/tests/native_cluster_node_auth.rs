@@ -268,3 +268,40 @@ fn a_cluster_node_without_a_usable_secret_exits_78() {
     assert!(stderr(&out).contains("at least 16"), "{}", stderr(&out));
     assert!(!data.exists(), "a refused start created the data directory");
 }
+
+/// Two of three nodes lose their disks and are restarted with `--peers` while the third is
+/// down: they form a new cluster (nothing can tell them otherwise). The third node, which holds
+/// the old cluster's history, refuses it when it comes back — it exits 78 naming both cluster
+/// ids, never panics — and its votes do not move the new cluster's term or leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_history_refuses_a_cluster_formed_beside_it_by_wiped_nodes() {
+    let mut c = NativeCluster::start(BIN.as_ref(), 3);
+    let client = locksmith::connect_with_ttl(&c.url(), Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    for _ in 0..3 {
+        let g = client.lock("fenced").await.unwrap_or_else(|e| panic!("{e}"));
+        g.unlock().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+    client.close().await;
+    for id in c.ids() {
+        c.kill9(id);
+    }
+    c.wipe(1);
+    c.wipe(2);
+    c.restart(1);
+    c.restart(2);
+    c.wait_for_leader(Duration::from_secs(20));
+    let new_url = format!("locksmith://{},{}", c.addr(1), c.addr(2));
+    let client = locksmith::connect_with_ttl(&new_url, Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    let g = client.lock("fenced").await.unwrap_or_else(|e| panic!("{e}"));
+    g.unlock().await.unwrap_or_else(|e| panic!("{e}"));
+    let before = view(&c, Some(&new_url));
+
+    c.restart(3);
+    let status = c.wait_exit(3, Duration::from_secs(20));
+    let log = c.log(3);
+    assert_eq!(status.and_then(|s| s.code()), Some(78), "node 3 did not exit 78: {status:?}\n{log}");
+    assert!(log.contains("belongs to cluster"), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    let (term, leader, _) = view(&c, Some(&new_url));
+    assert_eq!((term, leader), (before.0, before.1), "node 3 moved the new cluster's term or leader");
+}

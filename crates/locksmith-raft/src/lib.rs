@@ -99,6 +99,7 @@
 
 mod config;
 pub mod error;
+mod identity;
 mod leadership;
 mod membership;
 pub mod network;

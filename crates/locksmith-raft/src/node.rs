@@ -57,6 +57,7 @@ pub struct RaftNode<M> {
     /// The leadership watch, and a delayed initialization: ended with the node.
     tasks: Vec<tokio::task::JoinHandle<()>>,
     auth: Option<crate::network::NodeAuth>,
+    identity: Arc<crate::identity::Identity>,
 }
 
 impl<M> fmt::Debug for RaftNode<M> {
@@ -118,11 +119,13 @@ impl<M: Replicated> RaftNode<M> {
         }
         let openraft_config = Arc::new(config.to_openraft()?);
         let dir = dir.into();
+        let raft_dir = dir.clone();
         // Reading the log and snapshot is blocking file I/O.
         let (log, sm) = tokio::task::spawn_blocking(move || open_storage(&dir, machine))
             .await
             .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
         let replica = sm.replica();
+        let identity = Arc::new(crate::identity::Identity::load(&raft_dir).map_err(StartError::Raft)?);
         let network = Network::new(
             id,
             config.tls.clone(),
@@ -130,7 +133,8 @@ impl<M: Replicated> RaftNode<M> {
             config.unreachable_backoff,
             config.routes.clone(),
         )
-        .with_secret(config.auth.as_ref().map(|a| a.secret.clone()));
+        .with_secret(config.auth.as_ref().map(|a| a.secret.clone()))
+        .with_identity(identity.clone());
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;
@@ -172,6 +176,7 @@ impl<M: Replicated> RaftNode<M> {
             heartbeat: config.heartbeat,
             tasks,
             auth: config.auth,
+            identity,
         })
     }
 
@@ -414,7 +419,20 @@ impl<M> RaftNode<M> {
     /// With [`NodeConfig::auth`], a call is served only when it carries a valid node proof from
     /// a member; others are refused before their message is read.
     pub fn service(&self) -> NodeGate<RaftServer<RaftService>> {
-        RaftService::new(self.id, self.raft.clone(), self.auth.clone()).into_server()
+        RaftService::new(self.id, self.raft.clone(), self.auth.clone(), self.identity.clone()).into_server()
+    }
+
+    /// A watch that turns `Some(why)` when a leader of another cluster with the same node ids
+    /// reached this node (a cluster formed by nodes whose data directories were wiped): the node
+    /// refuses it, and the application should stop, saying why, rather than go on beside it.
+    /// Only with node authentication ([`NodeConfig::auth`]), whose proofs carry cluster ids.
+    pub fn foreign_cluster(&self) -> watch::Receiver<Option<String>> {
+        self.identity.foreign()
+    }
+
+    /// This node's cluster id (drawn by the cluster's first leader; 0 until it knows it).
+    pub fn cluster_id(&self) -> u128 {
+        self.identity.get()
     }
 
     /// The openraft handle, for what this API does not cover.

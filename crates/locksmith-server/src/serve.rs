@@ -222,22 +222,32 @@ pub async fn serve(
     });
     // A Raft core that stopped (a panic, a fatal storage error) leaves a node that can neither
     // serve nor follow: it says so to health checkers and exits, for its supervisor to restart it.
+    // So does a node that a leader of another cluster with the same node ids reached (wiped
+    // nodes restarted with --peers formed it): it says why and exits 78 rather than join it.
     let raft_stopped = async {
         match &raft {
             Some(node) => {
-                let mut leadership = node.leadership();
-                let _ = leadership.wait_for(|l| l.stopped).await;
+                let (mut leadership, mut foreign) = (node.leadership(), node.foreign_cluster());
+                tokio::select! {
+                    _ = leadership.wait_for(|l| l.stopped) => None,
+                    f = foreign.wait_for(Option::is_some) => f.ok().and_then(|f| (*f).clone()),
+                }
             }
             None => std::future::pending().await,
         }
     };
     let served = tokio::select! {
         r = &mut router => r.map_err(ServerError::from),
-        () = raft_stopped => {
+        foreign = raft_stopped => {
             not_serving(&health).await;
-            tracing::error!("the raft core stopped; this node exits so that its supervisor restarts it");
             service.shutdown();
-            return Err(ServerError::Failed("the raft core stopped (see the log above); restart the node".into()));
+            return Err(match foreign {
+                Some(message) => ServerError::Config(message),
+                None => {
+                    tracing::error!("the raft core stopped; this node exits so that its supervisor restarts it");
+                    ServerError::Failed("the raft core stopped (see the log above); restart the node".into())
+                }
+            });
         }
         r = &mut task => {
             not_serving(&health).await;

@@ -38,6 +38,7 @@ use tonic::transport::Endpoint;
 use super::pb::raft_client::RaftClient;
 use super::pb::RaftRequest;
 use super::MAX_MESSAGE;
+use crate::identity::Identity;
 use crate::types::Node;
 use crate::types::NodeId;
 use crate::types::TypeConfig;
@@ -57,6 +58,8 @@ pub struct Network {
     routes: Arc<BTreeMap<NodeId, String>>,
     /// Proves every call to come from this node (see [`Network::with_secret`]).
     secret: Option<ClusterSecret>,
+    /// The cluster id every proof carries.
+    identity: Option<Arc<Identity>>,
 }
 
 impl Network {
@@ -72,7 +75,16 @@ impl Network {
         backoff: Duration,
         routes: BTreeMap<NodeId, String>,
     ) -> Self {
-        Self { id, channels: Arc::default(), tls, connect_timeout, backoff, routes: Arc::new(routes), secret: None }
+        Self {
+            id,
+            channels: Arc::default(),
+            tls,
+            connect_timeout,
+            backoff,
+            routes: Arc::new(routes),
+            secret: None,
+            identity: None,
+        }
     }
 
     /// The same network, putting a node proof made with `secret` on every call (peers that
@@ -80,6 +92,11 @@ impl Network {
     #[must_use]
     pub fn with_secret(mut self, secret: Option<ClusterSecret>) -> Self {
         self.secret = secret;
+        self
+    }
+
+    pub(crate) fn with_identity(mut self, identity: Arc<Identity>) -> Self {
+        self.identity = Some(identity);
         self
     }
 
@@ -121,6 +138,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             client,
             backoff: self.backoff,
             secret: self.secret.clone(),
+            identity: self.identity.clone(),
         }
     }
 }
@@ -134,6 +152,7 @@ pub struct PeerClient {
     client: Result<RaftClient<Channel>, String>,
     backoff: Duration,
     secret: Option<ClusterSecret>,
+    identity: Option<Arc<Identity>>,
 }
 
 #[derive(Clone, Copy)]
@@ -177,7 +196,13 @@ impl PeerClient {
         let network = |e: &dyn ToString| RPCError::Network(NetworkError::from(AnyError::error(e.to_string())));
         let client = self.client.as_mut().map_err(|e| network(e))?;
         let payload = postcard::to_stdvec(req).map_err(|e| network(&e))?;
-        let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, 0, &payload));
+        // A leader's message draws the cluster's id when it has none yet (see `crate::identity`).
+        let cluster = match (&self.identity, rpc) {
+            (Some(i), Rpc::Vote) => i.get(),
+            (Some(i), _) => i.get_or_draw(),
+            (None, _) => 0,
+        };
+        let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, cluster, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
         if let Some(proof) = proof {
             let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network(&e))?;

@@ -28,6 +28,7 @@ use tonic::codegen::Service;
 use tonic::server::NamedService;
 use tonic::Status;
 
+use crate::identity::Identity;
 use crate::types::NodeId;
 use crate::types::Raft;
 
@@ -89,7 +90,7 @@ pub struct Refusal {
     /// The method: `append_entries`, `vote`, `install_snapshot` (or `other`).
     pub call: &'static str,
     /// Why, as a metric label: `no_proof`, `bad_proof`, `not_a_member`, `wrong_sender`,
-    /// `wrong_message`, `bad_term`.
+    /// `wrong_message`, `bad_term`, `foreign_cluster`.
     pub reason: &'static str,
     /// The node id the caller claimed or proved, when known.
     pub sender: Option<NodeId>,
@@ -111,6 +112,7 @@ pub(crate) struct Gate {
     id: NodeId,
     raft: Raft,
     auth: Option<NodeAuth>,
+    identity: Arc<Identity>,
     quiet: Mutex<Quiet>,
 }
 
@@ -128,8 +130,8 @@ const LOG_EVERY: Duration = Duration::from_secs(10);
 pub(crate) const MAX_TERM: u64 = 1 << 62;
 
 impl Gate {
-    pub(crate) fn new(id: NodeId, raft: Raft, auth: Option<NodeAuth>) -> Self {
-        Self { id, raft, auth, quiet: Mutex::default() }
+    pub(crate) fn new(id: NodeId, raft: Raft, auth: Option<NodeAuth>, identity: Arc<Identity>) -> Self {
+        Self { id, raft, auth, identity, quiet: Mutex::default() }
     }
 
     pub(crate) fn id(&self) -> NodeId {
@@ -148,6 +150,42 @@ impl Gate {
         let m = metrics.borrow();
         let membership = m.membership_config.membership();
         membership.nodes().next().is_none() || membership.get_node(&id).is_some()
+    }
+
+    /// Whether this node has applied more than a cluster's first entries: it belongs to a
+    /// cluster that has served.
+    fn has_history(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.last_applied.is_some_and(|l| l.index >= 2) || m.last_log_index.is_some_and(|i| i >= 2)
+    }
+
+    /// Checks the cluster id a proof carries against this node's (see `crate::identity`): takes
+    /// a leader's when this node has none or no history; refuses another cluster's otherwise,
+    /// and stops the node when that cluster's leader reached it.
+    fn check_cluster(&self, call: &'static str, claim: &Claim) -> Result<(), String> {
+        let mine = self.identity.get();
+        if claim.cluster == 0 || claim.cluster == mine {
+            return Ok(());
+        }
+        let from_leader = call != "vote";
+        if mine == 0 || !self.has_history() {
+            if from_leader {
+                self.identity.adopt(claim.cluster);
+            }
+            return Ok(());
+        }
+        let message = format!(
+            "node {} belongs to cluster {:032x}, this node to cluster {mine:032x}: two clusters with the same node \
+             ids (were the data directories of a majority wiped and their nodes restarted with --peers?); this \
+             node will not join the other one (README: A cluster)",
+            claim.sender, claim.cluster
+        );
+        if from_leader {
+            tracing::error!("raft: {message}");
+            self.identity.met_foreign(message.clone());
+        }
+        Err(message)
     }
 
     /// Counts and logs (rate-limited) a refusal; returns `status` for the caller.
@@ -209,6 +247,9 @@ impl Gate {
                 refusal("not_a_member", Some(claim.sender)),
                 Status::permission_denied(format!("node {} is not a member of this node's cluster", claim.sender)),
             ));
+        }
+        if let Err(message) = self.check_cluster(call, &claim) {
+            return Err(self.refuse(refusal("foreign_cluster", Some(claim.sender)), Status::permission_denied(message)));
         }
         Ok(Admitted::Proven(claim))
     }

@@ -24,6 +24,7 @@ use super::pb::raft_server::RaftServer;
 use super::pb::RaftReply;
 use super::pb::RaftRequest;
 use super::MAX_MESSAGE;
+use crate::identity::Identity;
 use crate::types::NodeId;
 use crate::types::Raft;
 use crate::types::TypeConfig;
@@ -68,8 +69,8 @@ impl Voted for InstallSnapshotRequest<TypeConfig> {
 impl RaftService {
     /// The service of node `id` driven by `raft`, authenticating its callers with `auth`
     /// (`None`: every caller is trusted, as on a private test network).
-    pub fn new(id: NodeId, raft: Raft, auth: Option<NodeAuth>) -> Self {
-        Self { gate: Arc::new(Gate::new(id, raft.clone(), auth)), raft }
+    pub(crate) fn new(id: NodeId, raft: Raft, auth: Option<NodeAuth>, identity: Arc<Identity>) -> Self {
+        Self { gate: Arc::new(Gate::new(id, raft.clone(), auth, identity)), raft }
     }
 
     /// The service as a tonic server behind node authentication, accepting messages as large

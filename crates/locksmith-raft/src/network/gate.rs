@@ -52,8 +52,11 @@ pub struct NodeAuth {
     /// refused): only while a running cluster is upgraded to node authentication, one node at a
     /// time.
     pub accept_unauthenticated: bool,
-    on_refused: Option<Arc<dyn Fn(&Refusal) + Send + Sync>>,
+    on_refused: Option<OnRefused>,
 }
+
+/// What [`NodeAuth::on_refused`] calls.
+type OnRefused = Arc<dyn Fn(&Refusal) + Send + Sync>;
 
 impl fmt::Debug for NodeAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -5,14 +5,17 @@
 //! secret in the name of a node that is no member. Every call is refused, and the cluster's
 //! term, leader, voters and a held lock's token stay as they were.
 
-use std::process::{Command, Output};
+#[path = "support/scrape.rs"]
+mod scrape;
+
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use locksmith_raft::network::pb::raft_client::RaftClient;
 use locksmith_raft::network::pb::RaftRequest;
 use locksmith_raft::types::TypeConfig;
 use locksmith_server::node_proof::{ClusterSecret, NODE_PROOF_HEADER};
-use locksmith_testkit::{write_cluster_secret, NativeCluster};
+use locksmith_testkit::{free_port, spawn, write_cluster_secret, NativeCluster};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{SnapshotMeta, Vote};
 use serde_json::Value;
@@ -304,4 +307,41 @@ async fn a_node_with_history_refuses_a_cluster_formed_beside_it_by_wiped_nodes()
     assert!(!log.contains("panicked"), "{log}");
     let (term, leader, _) = view(&c, Some(&new_url));
     assert_eq!((term, leader), (before.0, before.1), "node 3 moved the new cluster's term or leader");
+}
+
+/// Refused Raft calls are counted, by call and reason, in
+/// `locksmith_server_raft_refused_total` (a one-node cluster with `--metrics-listen`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_raft_calls_are_counted_in_metrics() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let secret = write_cluster_secret(dir.path());
+    let (port, metrics) = (free_port(), free_port());
+    let addr = format!("127.0.0.1:{port}");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", &addr, "--node-id", "1", "--peers", &format!("1={addr}")])
+        .arg("--cluster-secret-file")
+        .arg(&secret)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .args(["--metrics-listen", &format!("127.0.0.1:{metrics}")])
+        .stdin(Stdio::null())
+        .stderr(Stdio::null());
+    let _server = spawn("locksmith serve (one-node cluster)", &mut cmd);
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        assert!(std::time::Instant::now() < until, "the node did not listen within 20 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let other = ClusterSecret::new(b"another cluster's long secret").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(forge(&addr, 1, Rpc::Vote, INTRUDER, Credential::Nothing).await, tonic::Code::Unauthenticated);
+    for _ in 0..2 {
+        let code = forge(&addr, 1, Rpc::Append, INTRUDER, Credential::Proof(&other, INTRUDER)).await;
+        assert_eq!(code, tonic::Code::Unauthenticated);
+    }
+    let text = scrape::metrics(metrics);
+    let series = |call: &str, reason: &str| {
+        scrape::sample(&text, &format!("locksmith_server_raft_refused_total{{call=\"{call}\",reason=\"{reason}\"}}"))
+    };
+    assert_eq!(series("vote", "no_proof"), 1.0, "{text}");
+    assert_eq!(series("append_entries", "bad_proof"), 2.0, "{text}");
 }

@@ -345,3 +345,58 @@ async fn refused_raft_calls_are_counted_in_metrics() {
     assert_eq!(series("vote", "no_proof"), 1.0, "{text}");
     assert_eq!(series("append_entries", "bad_proof"), 2.0, "{text}");
 }
+
+/// A node whose Raft core stops (here a fatal storage error: its next snapshot cannot be
+/// written) does not stay up as a live-looking husk: it exits, saying so, for its supervisor
+/// to restart it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_raft_core_stops_exits() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let secret = write_cluster_secret(dir.path());
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let log = dir.path().join("node.log");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--listen", &addr, "--node-id", "1", "--peers", &format!("1={addr}")])
+        .arg("--cluster-secret-file")
+        .arg(&secret)
+        .arg("--data-dir")
+        .arg(dir.path().join("data"))
+        .stdin(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap_or_else(|e| panic!("{e}")));
+    let mut server = spawn("locksmith serve (one-node cluster)", &mut cmd);
+    let url = format!("locksmith://{addr}");
+    let until = std::time::Instant::now() + Duration::from_secs(20);
+    let client = loop {
+        if let Ok(c) = locksmith::connect_with_ttl(&url, Duration::from_secs(5)).await {
+            if let Ok(g) = c.lock("churn").await {
+                let _ = g.unlock().await;
+                break c;
+            }
+        }
+        assert!(std::time::Instant::now() < until, "the node served no lock within 20 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // A directory where the snapshot's temporary file goes: writing it fails (root included).
+    std::fs::create_dir(dir.path().join("data/raft/snapshot.tmp")).unwrap_or_else(|e| panic!("{e}"));
+    // A snapshot is built every 10,000 entries; each grant and each release is one.
+    let until = std::time::Instant::now() + Duration::from_secs(240);
+    let status = loop {
+        if let Some(status) = server.try_wait() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < until, "the node still runs 240 s later");
+        for _ in 0..100 {
+            match client.lock("churn").await {
+                Ok(g) => {
+                    let _ = g.unlock().await;
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    };
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(text.contains("raft core stopped"), "{text}");
+    assert!(!text.contains("panicked"), "{text}");
+}

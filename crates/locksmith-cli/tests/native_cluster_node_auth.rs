@@ -15,7 +15,7 @@ use locksmith_raft::network::pb::raft_client::RaftClient;
 use locksmith_raft::network::pb::RaftRequest;
 use locksmith_raft::types::TypeConfig;
 use locksmith_server::node_proof::{ClusterSecret, NODE_PROOF_HEADER};
-use locksmith_testkit::{free_port, spawn, write_cluster_secret, NativeCluster};
+use locksmith_testkit::{free_port, spawn, write_cluster_secret, NativeCluster, TestCerts};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{SnapshotMeta, Vote};
 use serde_json::Value;
@@ -79,11 +79,30 @@ enum Credential<'a> {
 
 /// Sends one forged call to node `target` at `addr`; the gRPC code it got.
 async fn forge(addr: &str, target: u64, rpc: Rpc, from: u64, credential: Credential<'_>) -> tonic::Code {
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-        .unwrap_or_else(|e| panic!("{e}"))
-        .connect()
-        .await
-        .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    forge_over(addr, None, target, rpc, from, credential).await
+}
+
+/// [`forge`], over TLS with the clients' certificate of `tls` when given.
+async fn forge_over(
+    addr: &str,
+    tls: Option<&TestCerts>,
+    target: u64,
+    rpc: Rpc,
+    from: u64,
+    credential: Credential<'_>,
+) -> tonic::Code {
+    use tonic::transport::{Certificate, ClientTlsConfig, Endpoint, Identity};
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let mut endpoint = Endpoint::from_shared(format!("{scheme}://{addr}")).unwrap_or_else(|e| panic!("{e}"));
+    if let Some(certs) = tls {
+        let read = |p: std::path::PathBuf| std::fs::read(p).unwrap_or_else(|e| panic!("{e}"));
+        let config = ClientTlsConfig::new()
+            .ca_certificate(Certificate::from_pem(read(certs.ca())))
+            .identity(Identity::from_pem(read(certs.client_cert()), read(certs.client_key())))
+            .domain_name("localhost");
+        endpoint = endpoint.tls_config(config).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let channel = endpoint.connect().await.unwrap_or_else(|e| panic!("connect {addr}: {e}"));
     let mut client = RaftClient::new(channel);
     let payload = rpc.payload(from);
     let mut request = tonic::Request::new(RaftRequest { target, payload: payload.clone() });
@@ -399,4 +418,27 @@ async fn a_node_whose_raft_core_stops_exits() {
     assert_eq!(status.code(), Some(1), "{text}");
     assert!(text.contains("raft core stopped"), "{text}");
     assert!(!text.contains("panicked"), "{text}");
+}
+
+/// Over mutual TLS, the certificate of a client that the clients' CA signed (the nodes accept
+/// it in the TLS handshake) is no node credential: forged calls over TLS with it are refused,
+/// and the cluster's term, leader and voters stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_mutual_tls_a_client_certificate_is_no_node() {
+    let certs = TestCerts::generate();
+    let path = |p: std::path::PathBuf| p.display().to_string();
+    let (cert, key, ca) = (path(certs.server_cert()), path(certs.server_key()), path(certs.ca()));
+    let query = format!("tls=true&ca={ca}&cert={}&key={}", path(certs.client_cert()), path(certs.client_key()));
+    let args = ["--tls-cert", cert.as_str(), "--tls-key", key.as_str(), "--client-ca", ca.as_str()];
+    let c = NativeCluster::start_with(BIN.as_ref(), 3, &args, Some(&query));
+    let before = view(&c, None);
+    for id in c.ids() {
+        for rpc in [Rpc::Append, Rpc::Vote, Rpc::Snapshot] {
+            for from in [INTRUDER, 1] {
+                let code = forge_over(&c.addr(id), Some(&certs), id, rpc, from, Credential::Nothing).await;
+                assert_eq!(code, tonic::Code::Unauthenticated, "node {id}, {rpc:?} from {from} over TLS");
+            }
+        }
+    }
+    assert_eq!(view(&c, None), before, "the cluster's term, leader or voters changed");
 }

@@ -245,7 +245,9 @@ impl Gate {
                 self.id, claim.target
             )));
         }
-        if !self.is_member(claim.sender) {
+        // A candidate must be a member as this node sees it. A proven leader need not: a member
+        // that missed the change adding that leader learns of it from the leader's own log.
+        if call == "vote" && !self.is_member(claim.sender) {
             return Err(self.refuse(
                 refusal("not_a_member", Some(claim.sender)),
                 Status::permission_denied(format!("node {} is not a member of this node's cluster", claim.sender)),

@@ -129,8 +129,10 @@ impl RaftService {
                 ));
             }
         }
-        // Whatever the proof: openraft only ever hears from members of this node's cluster.
-        if !self.gate.is_member(leader.node_id) {
+        // openraft hears votes only from members of this node's cluster, and anything else only
+        // from members unless a node proof vouches for its sender (the leader's log then tells
+        // a member that missed it which change made that leader a member).
+        if (call == "vote" || claim.is_none()) && !self.gate.is_member(leader.node_id) {
             return Err(refuse(
                 "not_a_member",
                 Some(leader.node_id),

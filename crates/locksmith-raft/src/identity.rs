@@ -23,6 +23,9 @@ use std::sync::Mutex;
 
 use tokio::sync::watch;
 
+use crate::error::StartError;
+use crate::error::StoreError;
+
 /// The file in the Raft data directory that holds the id (32 hex digits).
 const FILE: &str = "cluster-id";
 
@@ -38,14 +41,16 @@ impl Identity {
     /// The id kept in `dir`, if any.
     ///
     /// # Errors
-    /// A file that cannot be read or does not hold an id.
-    pub(crate) fn load(dir: &Path) -> Result<Self, String> {
+    /// [`StoreError::Corrupt`] for a file that does not hold an id (the data directory is
+    /// damaged), [`StartError::Raft`] for one that cannot be read.
+    pub(crate) fn load(dir: &Path) -> Result<Self, StartError> {
         let path = dir.join(FILE);
         let id = match std::fs::read_to_string(&path) {
-            Ok(text) => u128::from_str_radix(text.trim(), 16)
-                .map_err(|_| format!("{} does not hold a cluster id", path.display()))?,
+            Ok(text) => u128::from_str_radix(text.trim(), 16).map_err(|_| {
+                StartError::Store(StoreError::Corrupt(format!("{} does not hold a cluster id", path.display())))
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+            Err(e) => return Err(StartError::Raft(format!("cannot read {}: {e}", path.display()))),
         };
         Ok(Self { dir: dir.to_path_buf(), id: Mutex::new(id), foreign: watch::channel(None).0 })
     }
@@ -120,6 +125,8 @@ impl Identity {
 #[cfg(test)]
 mod tests {
     use super::Identity;
+    use crate::error::StartError;
+    use crate::error::StoreError;
 
     #[test]
     fn an_id_drawn_or_adopted_is_kept_across_restarts() {
@@ -133,6 +140,10 @@ mod tests {
         identity.adopt(7);
         assert_eq!(Identity::load(dir.path()).unwrap().get(), 7);
         std::fs::write(dir.path().join("cluster-id"), "not hex\n").unwrap();
-        assert!(Identity::load(dir.path()).unwrap_err().contains("does not hold a cluster id"));
+        let e = Identity::load(dir.path()).unwrap_err();
+        assert!(
+            matches!(&e, StartError::Store(StoreError::Corrupt(m)) if m.contains("does not hold a cluster id")),
+            "{e}"
+        );
     }
 }

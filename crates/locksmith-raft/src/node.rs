@@ -125,7 +125,7 @@ impl<M: Replicated> RaftNode<M> {
             .await
             .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
         let replica = sm.replica();
-        let identity = Arc::new(crate::identity::Identity::load(&raft_dir).map_err(StartError::Raft)?);
+        let identity = Arc::new(crate::identity::Identity::load(&raft_dir)?);
         let network = Network::new(
             id,
             config.tls.clone(),

@@ -310,6 +310,21 @@ async fn a_node_with_history_refuses_a_cluster_formed_beside_it_by_wiped_nodes()
         g.unlock().await.unwrap_or_else(|e| panic!("{e}"));
     }
     client.close().await;
+    // Node 3 must hold that history itself (a follower that lagged behind knew of nothing but
+    // the cluster's first entries, and rightly follows whichever cluster reaches it).
+    let leader_applied = |backend: &str| {
+        let out = c.cluster_command(&["status", "--json"], Some(backend));
+        let s: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        s["applied_index"].as_u64().unwrap_or(0)
+    };
+    let goal = leader_applied(&c.url());
+    let node3 = c.node_url(3);
+    let until = std::time::Instant::now() + Duration::from_secs(10);
+    while leader_applied(&node3) < goal {
+        assert!(std::time::Instant::now() < until, "node 3 did not apply up to {goal} within 10 s");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(goal >= 4, "applied index {goal}");
     for id in c.ids() {
         c.kill9(id);
     }

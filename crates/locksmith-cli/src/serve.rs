@@ -146,7 +146,7 @@ pub struct ServeArgs {
     pub cluster_secret_file: Option<PathBuf>,
     /// Also accept Raft calls that carry no node proof (a wrong proof is still refused): only
     /// while turning node authentication on in a running cluster, one node at a time (README:
-    /// "Upgrading a cluster to node authentication"). Needs --cluster-secret-file.
+    /// "Turning node authentication on in a running cluster"). Needs --cluster-secret-file.
     #[arg(long, env = "LOCKSMITH_ACCEPT_UNAUTHENTICATED_PEERS", requires = "cluster_secret_file")]
     pub accept_unauthenticated_peers: bool,
     /// Holds plus queued acquires of one session.

@@ -165,8 +165,21 @@ struct Node {
     proc: Option<ChildProcess>,
 }
 
+/// Writes a fresh random cluster secret to `dir/cluster.secret` (this user only); its path.
+fn write_secret(dir: &Path) -> std::io::Result<PathBuf> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("cluster.secret");
+    let bytes: [u8; 32] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&path)?;
+    writeln!(file, "{hex}")?;
+    Ok(path)
+}
+
 /// A cluster of native servers started by the harness: `<this exe> serve --node-id N --peers …
-/// --routes …` on free loopback ports, each with a data dir and a log (`node.log`) of its own
+/// --routes … --cluster-secret-file …` on free loopback ports, each with a data dir and a log (`node.log`) of its own
 /// under the run's directory.
 ///
 /// `--peers` names each node by its front proxy (the address clients use), so that the
@@ -179,6 +192,8 @@ pub(crate) struct Cluster {
     peers: String,
     links: Links,
     lock: String,
+    /// The cluster secret every node is given, `<dir>/cluster.secret`.
+    secret: PathBuf,
 }
 
 impl Cluster {
@@ -201,6 +216,7 @@ impl Cluster {
         let real: Vec<(u64, SocketAddr)> = nodes.iter().map(|(id, addr, _)| (*id, *addr)).collect();
         let links = Links::start(&real).await?;
         let peers = nodes.iter().map(|(id, _, front)| format!("{id}={front}")).collect::<Vec<_>>().join(",");
+        let secret = write_secret(dir).map_err(|e| format!("cannot write the cluster secret: {e}"))?;
         let mut c = Self {
             exe: exe.to_path_buf(),
             nodes: real
@@ -210,6 +226,7 @@ impl Cluster {
             peers,
             links,
             lock: lock.to_string(),
+            secret,
         };
         for (id, _) in &real {
             c.restart(*id).await.map_err(|e| format!("cannot start node {id}: {e}"))?;
@@ -278,7 +295,7 @@ impl Cluster {
     pub(crate) async fn restart(&mut self, id: u64) -> std::io::Result<()> {
         self.kill9(id);
         let routes = self.links.routes(id);
-        let (exe, peers) = (self.exe.clone(), self.peers.clone());
+        let (exe, peers, secret) = (self.exe.clone(), self.peers.clone(), self.secret.clone());
         let node = self.node_mut(id)?;
         std::fs::create_dir_all(&node.dir)?;
         let log_path = node.dir.join("node.log");
@@ -295,6 +312,8 @@ impl Cluster {
             .arg(&peers)
             .arg("--routes")
             .arg(&routes)
+            .arg("--cluster-secret-file")
+            .arg(&secret)
             .env("LOCKSMITH_LOG", "info,openraft=warn,h2=warn,tower=warn,hyper=warn")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

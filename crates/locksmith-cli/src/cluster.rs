@@ -16,12 +16,14 @@ use crate::{duration_arg, exit};
 #[derive(Debug, Args)]
 #[command(after_help = "Examples:
   locksmith cluster status --backend locksmith://10.0.0.1:7531,10.0.0.2:7531,10.0.0.3:7531
-  locksmith cluster add 4 10.0.0.4:7531      # node 4 runs `locksmith serve --node-id 4 --join`
-  locksmith cluster remove 3
+  locksmith cluster add 4 10.0.0.4:7531 --cluster-secret-file /etc/locksmith/cluster.secret
+                                             # node 4 runs `locksmith serve --node-id 4 --join …`
+  locksmith cluster remove 3 --cluster-secret-file /etc/locksmith/cluster.secret
 
-Give --backend every node: a change goes to the leader, which any node names. With an auth
-policy (`serve --auth`), status needs a token or certificate the policy lists, and add and remove
-an admin one (exit 77 otherwise). A server that is not a cluster exits 2; a change that did not
+Give --backend every node: a change goes to the leader, which any node names. add and remove
+need the nodes' cluster secret (--cluster-secret-file) or, with an auth policy (`serve --auth`),
+an admin's token or certificate (exit 77 otherwise); status needs, with a policy, a token or
+certificate the policy lists. A server that is not a cluster exits 2; a change that did not
 complete in time, or found another one under way, exits 75 (run it again).")]
 pub struct ClusterArgs {
     /// What to do.
@@ -80,6 +82,8 @@ pub struct AddArgs {
     #[arg(long, default_value = "60s", value_parser = duration_arg)]
     pub timeout: Duration,
     #[command(flatten)]
+    credential: NodeCredential,
+    #[command(flatten)]
     target: Target,
 }
 
@@ -92,7 +96,30 @@ pub struct RemoveArgs {
     #[arg(long, default_value = "60s", value_parser = duration_arg)]
     pub timeout: Duration,
     #[command(flatten)]
+    credential: NodeCredential,
+    #[command(flatten)]
     target: Target,
+}
+
+/// The node credential of a membership change.
+#[derive(Debug, Args)]
+pub struct NodeCredential {
+    /// Prove the change with the cluster secret (the nodes' --cluster-secret-file): what a
+    /// cluster without --auth demands, and what one with --auth accepts instead of an admin's
+    /// token or certificate.
+    #[arg(long, env = "LOCKSMITH_CLUSTER_SECRET_FILE", value_name = "FILE")]
+    pub cluster_secret_file: Option<std::path::PathBuf>,
+}
+
+impl NodeCredential {
+    /// The secret, read now; exit 78 when it cannot be used.
+    fn load(&self, context: &str) -> Result<Option<locksmith_native::ClusterSecret>, ExitCode> {
+        let Some(path) = &self.cluster_secret_file else { return Ok(None) };
+        locksmith_native::ClusterSecret::load(path).map(Some).map_err(|e| {
+            eprintln!("locksmith {context}: --cluster-secret-file: {e}");
+            ExitCode::from(exit::CONFIG)
+        })
+    }
 }
 
 /// `HOST:PORT` as the server's `AddNode` checks it, so that a bad address is refused here.
@@ -149,7 +176,11 @@ async fn add(a: AddArgs) -> ExitCode {
         Ok(b) => b,
         Err(code) => return code,
     };
-    let added = match b.add_node(a.id, &a.addr, a.timeout).await {
+    let secret = match a.credential.load("cluster add") {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let added = match b.add_node_with(a.id, &a.addr, a.timeout, secret.as_ref()).await {
         Ok(added) => added,
         Err(e) => return report("cluster add", &e),
     };
@@ -176,7 +207,11 @@ async fn remove(r: RemoveArgs) -> ExitCode {
         Ok(b) => b,
         Err(code) => return code,
     };
-    let removed = match b.remove_node(r.id, r.timeout).await {
+    let secret = match r.credential.load("cluster remove") {
+        Ok(s) => s,
+        Err(code) => return code,
+    };
+    let removed = match b.remove_node_with(r.id, r.timeout, secret.as_ref()).await {
         Ok(removed) => removed,
         Err(e) => return report("cluster remove", &e),
     };

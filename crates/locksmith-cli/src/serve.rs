@@ -21,9 +21,10 @@ pub use locksmith_cli_common::DurabilityArg;
   locksmith serve --tls-cert server.pem --tls-key server.key [--client-ca clients-ca.pem]
                                                     # clients: locksmiths://host:7531?ca=ca.pem
   locksmith serve --config /etc/locksmith/serve.toml --metrics-listen 127.0.0.1:9531
-  locksmith serve --listen 10.0.0.1:7531 --node-id 1 --peers 1=10.0.0.1:7531,2=10.0.0.2:7531,3=10.0.0.3:7531 …
+  locksmith serve --listen 10.0.0.1:7531 --node-id 1 --peers 1=10.0.0.1:7531,2=10.0.0.2:7531,3=10.0.0.3:7531 \
+                  --cluster-secret-file /etc/locksmith/cluster.secret …
                                                     # one node of a new 3-node cluster (README: A cluster)
-  locksmith serve --listen 10.0.0.4:7531 --node-id 4 --join …
+  locksmith serve --listen 10.0.0.4:7531 --node-id 4 --join --cluster-secret-file /etc/locksmith/cluster.secret …
                                                     # a node that waits for `locksmith cluster add 4 10.0.0.4:7531`
 Beyond loopback, --listen needs --client-ca (clients authenticated by certificate) or
 --insecure-listen-anywhere.
@@ -137,6 +138,17 @@ pub struct ServeArgs {
     /// a tunnel): `ID=HOST:PORT,…`; --peers stays the cluster's view, the same on every node.
     #[arg(long, env = "LOCKSMITH_ROUTES", value_name = "ID=HOST:PORT,…", requires = "node_id", value_parser = peers_arg)]
     pub routes: Option<Peers>,
+    /// The cluster secret, a file every node of the cluster is given (the same one): nodes prove
+    /// every Raft call with it, and refuse calls without a valid proof. Required with --node-id;
+    /// at least 16 bytes, e.g. `head -c 32 /dev/urandom | base64 > FILE`, readable by this user
+    /// only. Never logged.
+    #[arg(long, env = "LOCKSMITH_CLUSTER_SECRET_FILE", value_name = "FILE", requires = "node_id")]
+    pub cluster_secret_file: Option<PathBuf>,
+    /// Also accept Raft calls that carry no node proof (a wrong proof is still refused): only
+    /// while turning node authentication on in a running cluster, one node at a time (README:
+    /// "Turning node authentication on in a running cluster"). Needs --cluster-secret-file.
+    #[arg(long, env = "LOCKSMITH_ACCEPT_UNAUTHENTICATED_PEERS", requires = "cluster_secret_file")]
+    pub accept_unauthenticated_peers: bool,
     /// Holds plus queued acquires of one session.
     #[arg(long, env = "LOCKSMITH_MAX_ENTRIES_PER_SESSION", value_name = "N", default_value_t = lock_limits().max_entries_per_session as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_entries_per_session: u64,
@@ -282,6 +294,26 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(exit::CONFIG);
         }
     };
+    // No cluster without node authentication, loopback included: any local process could
+    // otherwise speak Raft to the node and rewrite the cluster.
+    let secret = match (&args.node_id, &args.cluster_secret_file) {
+        (Some(_), None) => {
+            eprintln!(
+                "locksmith serve: a cluster node needs node authentication: add --cluster-secret-file FILE, the same \
+                 file on every node (create it once with `umask 077; head -c 32 /dev/urandom | base64 > FILE`; \
+                 README: A cluster)"
+            );
+            return ExitCode::from(exit::CONFIG);
+        }
+        (_, Some(path)) => match locksmith_server::node_proof::ClusterSecret::load(path) {
+            Ok(secret) => Some(secret),
+            Err(e) => {
+                eprintln!("locksmith serve: --cluster-secret-file: {e}");
+                return ExitCode::from(exit::CONFIG);
+            }
+        },
+        (None, None) => None,
+    };
     let auth = match args.auth.as_ref().map(locksmith_server::auth::Auth::load).transpose() {
         Ok(auth) => auth,
         Err(e) => {
@@ -331,6 +363,14 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     let mut opts =
         locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net).limits(limits);
     let routes = args.routes.map(|r| r.0).unwrap_or_default();
+    let accept_unauthenticated = args.accept_unauthenticated_peers;
+    let node_auth = |c: locksmith_server::cluster::ClusterOptions| {
+        let c = c.accept_unauthenticated_peers(accept_unauthenticated);
+        match secret.clone() {
+            Some(s) => c.secret(s),
+            None => c,
+        }
+    };
     match (args.node_id, args.peers, args.join) {
         (Some(id), Some(Peers(peers)), _) => {
             // RaftNode::start refuses both as configuration errors too; checked here as well
@@ -344,10 +384,10 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
                 eprintln!("locksmith serve: --routes names node {unknown}, which is not among --peers");
                 return ExitCode::from(exit::USAGE);
             }
-            opts = opts.cluster(locksmith_server::cluster::ClusterOptions::new(id, peers).routes(routes));
+            opts = opts.cluster(node_auth(locksmith_server::cluster::ClusterOptions::new(id, peers).routes(routes)));
         }
         (Some(id), None, true) => {
-            opts = opts.cluster(locksmith_server::cluster::ClusterOptions::join(id).routes(routes));
+            opts = opts.cluster(node_auth(locksmith_server::cluster::ClusterOptions::join(id).routes(routes)));
         }
         _ => {}
     }

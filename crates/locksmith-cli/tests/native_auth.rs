@@ -230,3 +230,26 @@ async fn an_admin_releases_a_stuck_lock_and_the_next_waiter_gets_a_greater_token
     assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(String::from_utf8_lossy(&out.stdout).contains("nothing changed"));
 }
+
+/// Revoking a token ends what it holds, not only new calls: the holder's open session is closed
+/// (its guard reports the loss) and another principal gets the lock at once — also when the
+/// edit keeps the file's modification time (the policy is reloaded by content).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_loses_its_open_sessions_and_their_holds() {
+    let s = Setup::start();
+    // A TTL well above the waits below: only the revocation can end this hold that soon.
+    let jobs = locksmith::connect_with_ttl(&s.url("jobs"), Duration::from_secs(12)).await.unwrap();
+    let guard = jobs.lock("jobs/held").await.unwrap();
+    let policy = s.dir.path().join("policy.toml");
+    let mtime = std::fs::metadata(&policy).unwrap().modified().unwrap();
+    write_policy(&policy, None, &s.admin.1);
+    std::fs::File::options().write(true).open(&policy).unwrap().set_modified(mtime).unwrap();
+    let admin = locksmith::connect_with_ttl(&s.url("admin"), Duration::from_secs(5)).await.unwrap();
+    // The holder learns at its next renewal (a third of its TTL).
+    let lost = tokio::time::timeout(Duration::from_secs(7), guard.lost()).await;
+    assert!(lost.is_ok(), "the revoked holder still holds after 7 s");
+    let opts = locksmith::LockOptions::new().timeout(Duration::from_millis(500));
+    let next = admin.lock_with("jobs/held", opts).await.expect("the revoked session's hold was not released");
+    assert!(next.token() > guard.token());
+    assert!(next.unlock().await.unwrap());
+}

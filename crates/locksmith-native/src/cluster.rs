@@ -10,6 +10,7 @@ use std::time::Duration;
 use locksmith_core::Error;
 use locksmith_proto::cluster_client::ClusterClient;
 use locksmith_proto::cluster_node::Role as PbRole;
+use locksmith_proto::node_proof::{self, ClusterSecret};
 use locksmith_proto::{AddNodeRequest, ClusterStatusRequest, RemoveNodeRequest};
 
 use crate::grpc::{Failed, GrpcConnector, Peer, CONNECT_TIMEOUT};
@@ -286,11 +287,30 @@ impl NativeBackend {
     /// Not cancel safe: the leader goes on; the node may end up a learner or a voter (see
     /// [`cluster_status`](Self::cluster_status)).
     pub async fn add_node(&self, id: u64, addr: &str, timeout: Duration) -> Result<NodeAdded, ClusterError> {
+        self.add_node_with(id, addr, timeout, None).await
+    }
+
+    /// [`add_node`](Self::add_node), proven with the cluster secret when `secret` is given: the
+    /// node credential, which a cluster accepts instead of an admin principal (and which a
+    /// cluster without `--auth` demands).
+    ///
+    /// # Errors
+    /// As [`add_node`](Self::add_node).
+    ///
+    /// # Cancel safety
+    /// As [`add_node`](Self::add_node).
+    pub async fn add_node_with(
+        &self,
+        id: u64,
+        addr: &str,
+        timeout: Duration,
+        secret: Option<&ClusterSecret>,
+    ) -> Result<NodeAdded, ClusterError> {
         let inner = &self.inner;
         let req = AddNodeRequest { id, addr: addr.to_string(), timeout_ms: timeout_ms(timeout) };
         let answer = inner
             .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, NodeBound::Whole, |channel| {
-                let request = inner.request(req.clone());
+                let request = proven(inner.request(req.clone()), node_proof::ADD_NODE, secret);
                 async move { ClusterClient::new(channel).add_node(request).await }
             })
             .await;
@@ -313,11 +333,28 @@ impl NativeBackend {
     /// # Cancel safety
     /// Not cancel safe: the leader goes on with the change.
     pub async fn remove_node(&self, id: u64, timeout: Duration) -> Result<NodeRemoved, ClusterError> {
+        self.remove_node_with(id, timeout, None).await
+    }
+
+    /// [`remove_node`](Self::remove_node), proven with the cluster secret when `secret` is
+    /// given (see [`add_node_with`](Self::add_node_with)).
+    ///
+    /// # Errors
+    /// As [`add_node`](Self::add_node).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: the leader goes on with the change.
+    pub async fn remove_node_with(
+        &self,
+        id: u64,
+        timeout: Duration,
+        secret: Option<&ClusterSecret>,
+    ) -> Result<NodeRemoved, ClusterError> {
         let inner = &self.inner;
         let req = RemoveNodeRequest { id, timeout_ms: timeout_ms(timeout) };
         let answer = inner
             .on_leader_raw(timeout + CONNECT_TIMEOUT * 3, NodeBound::Whole, |channel| {
-                let request = inner.request(req);
+                let request = proven(inner.request(req), node_proof::REMOVE_NODE, secret);
                 async move { ClusterClient::new(channel).remove_node(request).await }
             })
             .await;
@@ -328,6 +365,23 @@ impl NativeBackend {
         let status = answer.status.ok_or_else(|| missing("a remove_node answer"))?;
         Ok(NodeRemoved { status: from_pb(status), was_member: answer.was_member, was_leader: answer.was_leader })
     }
+}
+
+/// `request` with an operator's node proof made with `secret`, when given.
+fn proven<T: prost::Message>(
+    mut request: tonic::Request<T>,
+    call: &str,
+    secret: Option<&ClusterSecret>,
+) -> tonic::Request<T> {
+    if let Some(secret) = secret {
+        let proof =
+            secret.prove(call, node_proof::OPERATOR, node_proof::OPERATOR, 0, &request.get_ref().encode_to_vec());
+        // Hex digits and dots only: always a valid header value.
+        if let Ok(value) = tonic::metadata::MetadataValue::try_from(proof) {
+            request.metadata_mut().insert(node_proof::NODE_PROOF_HEADER, value);
+        }
+    }
+    request
 }
 
 /// `timeout` in whole milliseconds, at least one (zero would mean the server's default).

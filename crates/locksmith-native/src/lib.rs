@@ -22,6 +22,8 @@ mod route;
 pub use admin::RevokedHold;
 pub use cluster::{ClusterError, ClusterNode, ClusterStatus, NodeAdded, NodeRemoved, NodeRole};
 pub use grpc::{NativeBackend, TOKEN_FILE_ENV};
+/// The cluster secret that proves membership changes ([`NativeBackend::add_node_with`]).
+pub use locksmith_proto::node_proof::ClusterSecret;
 #[cfg(feature = "memory")]
 pub use memory::MemoryBackend;
 #[cfg(feature = "test-transport")]

@@ -409,7 +409,18 @@ async fn reconnect(shared: &Arc<Shared>) -> Option<Transport> {
             // `notify_one` keeps a permit, so a `close` that came before this wait counts.
             _ = shared.closing.notified() => continue,
         }
-        let Ok(mut t) = shared.connector.connect().await else { continue };
+        let mut t = match shared.connector.connect().await {
+            Ok(t) => t,
+            // Credentials the server no longer accepts (a revoked token): no retry makes them
+            // right, and the server closed the session as it revoked them.
+            Err(Error::Auth { .. }) => {
+                let mut st = shared.state();
+                st.expired = true;
+                fail_all(&mut st, || Error::SessionExpired);
+                return None;
+            }
+            Err(_) => continue,
+        };
         match handshake(&mut t, &shared.connector, shared.ttl, shared.session, shared.secret.clone()).await {
             Ok(_) => {
                 let mut st = shared.state();

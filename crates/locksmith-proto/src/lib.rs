@@ -13,3 +13,5 @@ pub mod wal {
 /// The metadata key of an `UNAVAILABLE` answer from a cluster node that does not lead the
 /// cluster: the leader's `host:port`, where the client should go instead.
 pub const LEADER_HEADER: &str = "locksmith-leader";
+
+pub mod node_proof;

@@ -54,6 +54,10 @@ pub struct NodeConfig {
     /// partition tests put a fault proxy between each pair of nodes. With initial peers given to
     /// [`RaftNode::start`](crate::RaftNode::start), it may only name nodes among them.
     pub routes: BTreeMap<NodeId, String>,
+    /// Node authentication: the cluster secret that proves this node's calls and checks its
+    /// peers'. `None` trusts every caller of the Raft service, which lets anyone who reaches it
+    /// rewrite the cluster's state: only for tests on a private network.
+    pub auth: Option<crate::network::NodeAuth>,
 }
 
 impl Default for NodeConfig {
@@ -69,6 +73,7 @@ impl Default for NodeConfig {
             unreachable_backoff: Duration::from_millis(200),
             tls: None,
             routes: BTreeMap::new(),
+            auth: None,
         }
     }
 }

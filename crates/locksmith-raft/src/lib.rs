@@ -99,6 +99,7 @@
 
 mod config;
 pub mod error;
+mod identity;
 mod leadership;
 mod membership;
 pub mod network;
@@ -119,6 +120,8 @@ pub use membership::ClusterView;
 pub use membership::Member;
 pub use membership::Removed;
 pub use membership::Role;
+pub use network::NodeAuth;
+pub use network::Refusal;
 pub use node::RaftNode;
 pub use node::MAX_COMMAND;
 pub use state_machine::Replica;

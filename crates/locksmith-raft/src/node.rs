@@ -31,6 +31,7 @@ use crate::membership::Removed;
 use crate::network::pb::raft_server::RaftServer;
 use crate::network::Contacts;
 use crate::network::Network;
+use crate::network::NodeGate;
 use crate::network::RaftService;
 use crate::state_machine::Replica;
 use crate::state_machine::Replicated;
@@ -58,6 +59,8 @@ pub struct RaftNode<M> {
     contacts: Contacts,
     /// The leadership watch, and a delayed initialization: ended with the node.
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    auth: Option<crate::network::NodeAuth>,
+    identity: Arc<crate::identity::Identity>,
 }
 
 impl<M> fmt::Debug for RaftNode<M> {
@@ -119,18 +122,22 @@ impl<M: Replicated> RaftNode<M> {
         }
         let openraft_config = Arc::new(config.to_openraft()?);
         let dir = dir.into();
+        let raft_dir = dir.clone();
         // Reading the log and snapshot is blocking file I/O.
         let (log, sm) = tokio::task::spawn_blocking(move || open_storage(&dir, machine))
             .await
             .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
         let replica = sm.replica();
+        let identity = Arc::new(crate::identity::Identity::load(&raft_dir)?);
         let network = Network::new(
             id,
             config.tls.clone(),
             config.connect_timeout,
             config.unreachable_backoff,
             config.routes.clone(),
-        );
+        )
+        .with_secret(config.auth.as_ref().map(|a| a.secret.clone()))
+        .with_identity(identity.clone());
         let contacts = network.contacts();
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
@@ -173,6 +180,8 @@ impl<M: Replicated> RaftNode<M> {
             heartbeat: config.heartbeat,
             contacts,
             tasks,
+            auth: config.auth,
+            identity,
         })
     }
 
@@ -419,8 +428,24 @@ impl<M> RaftNode<M> {
 
     /// The `locksmith.raft.v1.Raft` gRPC service of this node, to add to the application's
     /// tonic router (with its TLS) on the address the cluster knows the node by.
-    pub fn service(&self) -> RaftServer<RaftService> {
-        RaftService::new(self.id, self.raft.clone()).into_server()
+    ///
+    /// With [`NodeConfig::auth`], a call is served only when it carries a valid node proof from
+    /// a member; others are refused before their message is read.
+    pub fn service(&self) -> NodeGate<RaftServer<RaftService>> {
+        RaftService::new(self.id, self.raft.clone(), self.auth.clone(), self.identity.clone()).into_server()
+    }
+
+    /// A watch that turns `Some(why)` when a leader of another cluster with the same node ids
+    /// reached this node (a cluster formed by nodes whose data directories were wiped): the node
+    /// refuses it, and the application should stop, saying why, rather than go on beside it.
+    /// Only with node authentication ([`NodeConfig::auth`]), whose proofs carry cluster ids.
+    pub fn foreign_cluster(&self) -> watch::Receiver<Option<String>> {
+        self.identity.foreign()
+    }
+
+    /// This node's cluster id (drawn by the cluster's first leader; 0 until it knows it).
+    pub fn cluster_id(&self) -> u128 {
+        self.identity.get()
     }
 
     /// The openraft handle, for what this API does not cover.

@@ -53,6 +53,26 @@ pub(crate) struct Caller {
     pub(crate) principal: Option<Principal>,
     /// The client's address.
     pub(crate) peer: Option<IpAddr>,
+    /// The credential to check again whenever the policy is reloaded (`None`: no policy).
+    pub(crate) recheck: Option<Recheck>,
+}
+
+/// A stream's credential, checked again on every reload of the policy.
+#[derive(Debug, Clone)]
+pub(crate) struct Recheck {
+    pub(crate) auth: crate::auth::Auth,
+    pub(crate) bearer: Option<String>,
+    pub(crate) certificate: Option<Vec<u8>>,
+}
+
+/// Resolves when the policy was reloaded; never without a policy.
+async fn reloaded(changes: &mut Option<tokio::sync::watch::Receiver<u64>>) {
+    if let Some(rx) = changes {
+        if rx.changed().await.is_ok() {
+            return;
+        }
+    }
+    std::future::pending().await
 }
 
 /// [`serve_stream`] for a `caller` the transport knows: with a principal the session is bound
@@ -65,7 +85,7 @@ pub(crate) async fn serve_stream_as<S>(
     service: Service,
     mut inbound: S,
     out: Outbox,
-    caller: Caller,
+    mut caller: Caller,
     open_timeout: Option<Duration>,
 ) where
     S: Stream<Item = Result<ClientMessage, InboundError>> + Unpin,
@@ -107,6 +127,7 @@ pub(crate) async fn serve_stream_as<S>(
         return watch.end_with(StreamEnd::Stopped);
     }
     let Ok(Some(session)) = opened.await else { return };
+    let mut changes = caller.recheck.as_ref().map(|r| r.auth.changes());
     loop {
         let next = tokio::select! {
             biased;
@@ -114,6 +135,22 @@ pub(crate) async fn serve_stream_as<S>(
                 let principal = caller.principal.as_ref().map_or("-", |p| p.name.as_str());
                 tracing::warn!(session, principal, peer = ?caller.peer, "{end}");
                 break;
+            }
+            () = reloaded(&mut changes) => {
+                let Some(r) = &caller.recheck else { continue };
+                let now = r.auth.authenticate(r.bearer.as_deref(), r.certificate.as_deref());
+                let was = caller.principal.as_ref().map(|p| p.name.as_str());
+                if now.is_some() && now.as_ref().map(|p| p.name.as_str()) == was {
+                    // Still known: its rights as the reloaded policy says.
+                    caller.principal = now;
+                    continue;
+                }
+                tracing::warn!(session, principal = was.unwrap_or("-"), peer = ?caller.peer,
+                    "credential revoked by the reloaded policy: session closed, its holds released");
+                watch.end_with(StreamEnd::Revoked);
+                let close = Command::Request { session, conn, id: 0, request: Ok(Request::Close) };
+                let _ = service.send(close).await;
+                return;
             }
             next = inbound.next() => next,
         };

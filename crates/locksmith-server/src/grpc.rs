@@ -10,7 +10,7 @@ use locksmith_proto::{
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::auth::{Auth, Principal};
-use crate::connection::{serve_stream_as, Caller, InboundError};
+use crate::connection::{serve_stream_as, Caller, InboundError, Recheck};
 use crate::net_limits::NetLimits;
 use crate::outbox::{Outbox, StreamEnd};
 use crate::pb_impl::{self, StatusQuery};
@@ -65,12 +65,7 @@ impl Grpc {
 /// or failing that its client certificate; `UNAUTHENTICATED` when neither is known.
 pub(crate) fn authenticate<T>(auth: Option<&Auth>, request: &Request<T>) -> Result<Option<Principal>, Status> {
     let Some(auth) = auth else { return Ok(None) };
-    let bearer = request
-        .metadata()
-        .get("authorization")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim);
+    let bearer = bearer(request);
     let certs = request.peer_certs();
     let certificate = certs.as_ref().and_then(|c| c.first()).map(|c| c.as_ref());
     match auth.authenticate(bearer, certificate) {
@@ -81,6 +76,16 @@ pub(crate) fn authenticate<T>(auth: Option<&Auth>, request: &Request<T>) -> Resu
              client certificate listed in the server's policy",
         )),
     }
+}
+
+/// The bearer token of a call (`authorization: Bearer …`).
+fn bearer<T>(request: &Request<T>) -> Option<&str> {
+    request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
 }
 
 type Outbound = Pin<Box<dyn Stream<Item = Result<ServerMessage, Status>> + Send>>;
@@ -96,7 +101,12 @@ impl Locksmith for Grpc {
     async fn session(&self, request: Request<Streaming<ClientMessage>>) -> Result<Response<Outbound>, Status> {
         let principal = self.principal(&request)?;
         self.serving()?;
-        let caller = Caller { principal, peer: request.remote_addr().map(|a| a.ip()) };
+        let recheck = self.auth.clone().map(|auth| Recheck {
+            auth,
+            bearer: bearer(&request).map(str::to_string),
+            certificate: request.peer_certs().and_then(|c| c.first().map(|c| c.as_ref().to_vec())),
+        });
+        let caller = Caller { principal, peer: request.remote_addr().map(|a| a.ip()), recheck };
         let inbound = request.into_inner().map(|r| r.map_err(inbound_error));
         let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
         tokio::spawn(serve_stream_as(self.service.clone(), inbound, out, caller, Some(self.limits.open_timeout)));
@@ -200,6 +210,7 @@ fn end_status(end: StreamEnd) -> Status {
         StreamEnd::NotReading { .. } => Status::resource_exhausted(message),
         StreamEnd::NoOpen(_) => Status::deadline_exceeded(message),
         StreamEnd::Invalid(_) => Status::invalid_argument(message),
+        StreamEnd::Revoked => Status::unauthenticated(message),
         _ => Status::unavailable(message),
     }
 }

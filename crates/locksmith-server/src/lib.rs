@@ -52,6 +52,8 @@ mod wal;
 
 pub use connection::serve_stream;
 pub use error::ServerError;
+/// The cluster secret and node proofs (from `locksmith-proto`).
+pub use locksmith_proto::node_proof;
 pub use machine::Durability;
 pub use net_limits::NetLimits;
 pub use outbox::{Outbox, OutboxStream, StreamEnd};

@@ -70,6 +70,10 @@ pub enum StreamEnd {
     /// The lock service has stopped.
     #[error("the lock service has stopped")]
     Stopped,
+    /// The policy no longer knows the stream's credential: the session is closed, its holds
+    /// released.
+    #[error("the credential of this session was revoked (auth policy reloaded): the session is closed and its holds released")]
+    Revoked,
 }
 
 impl Outbox {

@@ -201,7 +201,11 @@ pub async fn serve(
         // Peers reach a cluster node on the same port, through the same TLS.
         .add_optional_service(raft.as_ref().map(|node| node.service()))
         // A single node answers that it is not a cluster.
-        .add_service(crate::cluster::admin::Admin::server(raft.clone(), opts.auth.clone()))
+        .add_service(crate::cluster::admin::Admin::server(
+            raft.clone(),
+            opts.auth.clone(),
+            opts.cluster.as_ref().and_then(|c| c.secret.clone()),
+        ))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });
@@ -216,8 +220,35 @@ pub async fn serve(
             }
         }))
     });
+    // A Raft core that stopped (a panic, a fatal storage error) leaves a node that can neither
+    // serve nor follow: it says so to health checkers and exits, for its supervisor to restart it.
+    // So does a node that a leader of another cluster with the same node ids reached (wiped
+    // nodes restarted with --peers formed it): it says why and exits 78 rather than join it.
+    let raft_stopped = async {
+        match &raft {
+            Some(node) => {
+                let (mut leadership, mut foreign) = (node.leadership(), node.foreign_cluster());
+                tokio::select! {
+                    _ = leadership.wait_for(|l| l.stopped) => None,
+                    f = foreign.wait_for(Option::is_some) => f.ok().and_then(|f| (*f).clone()),
+                }
+            }
+            None => std::future::pending().await,
+        }
+    };
     let served = tokio::select! {
         r = &mut router => r.map_err(ServerError::from),
+        foreign = raft_stopped => {
+            not_serving(&health).await;
+            service.shutdown();
+            return Err(match foreign {
+                Some(message) => ServerError::Config(message),
+                None => {
+                    tracing::error!("the raft core stopped; this node exits so that its supervisor restarts it");
+                    ServerError::Failed("the raft core stopped (see the log above); restart the node".into())
+                }
+            });
+        }
         r = &mut task => {
             not_serving(&health).await;
             return task_result(r).and(Err(ServerError::Failed("lock service stopped unexpectedly".into())));
@@ -271,6 +302,24 @@ async fn start_raft(
         );
     }
     config.routes = cluster.routes.clone();
+    let secret = cluster.secret.clone().ok_or_else(|| {
+        ServerError::Config(
+            "a cluster needs node authentication: give every node the same --cluster-secret-file (without it any \
+             process that reaches the port could speak Raft and rewrite the cluster)"
+                .into(),
+        )
+    })?;
+    config.auth = Some(
+        locksmith_raft::NodeAuth::new(secret)
+            .accept_unauthenticated(cluster.accept_unauthenticated_peers)
+            .on_refused(|r| crate::telemetry::raft_refused(r.call, r.reason)),
+    );
+    if cluster.accept_unauthenticated_peers {
+        tracing::warn!(
+            "accepting raft calls without a node proof (--accept-unauthenticated-peers): only while upgrading a \
+             running cluster; restart without it once every node has --cluster-secret-file"
+        );
+    }
     std::fs::create_dir_all(&opts.data_dir)
         .map_err(|source| ServerError::DataDir { path: opts.data_dir.clone(), source })?;
     let machine = crate::cluster::ReplicaMachine::new(opts.limits.clone());

@@ -569,8 +569,12 @@ impl Actor {
                         let locks = self.machine.status(t, Some(name.as_str()));
                         StatusPage { locks: locks.into_iter().filter(|v| visible(&v.name)).collect(), next: None }
                     }
+                    // A principal's pages only ever look at names it may observe.
                     StatusQuery::Page { after, limit } => {
-                        self.machine.status_page(t, after.as_deref(), limit, &visible)
+                        match principal.as_ref().and_then(Principal::observed_prefixes) {
+                            Some(prefixes) => self.machine.status_page_within(t, after.as_deref(), limit, &prefixes),
+                            None => self.machine.status_page(t, after.as_deref(), limit, &|_| true),
+                        }
                     }
                 };
                 // A cluster's leader answers once what the page shows is committed (or a quorum

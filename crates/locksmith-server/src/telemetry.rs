@@ -46,6 +46,10 @@ pub const CONNECTIONS_ACCEPTED: &str = "locksmith_server_connections_accepted_to
 /// Failed `accept` calls, by `kind`: `resources` (out of file descriptors or memory; the loop
 /// backs off) or `other`.
 pub const ACCEPT_ERRORS: &str = "locksmith_server_accept_errors_total";
+/// Raft and membership calls refused because they did not come from a node of the cluster (or,
+/// for membership changes, from an admin), by `call` and `reason` (`no_proof`, `bad_proof`,
+/// `not_a_member`, `wrong_sender`, `wrong_message`, `bad_term`, `not_admin`).
+pub const RAFT_REFUSED: &str = "locksmith_server_raft_refused_total";
 /// Seconds one write-ahead log sync took (histogram).
 pub const WAL_SYNC_SECONDS: &str = "locksmith_server_wal_sync_seconds";
 /// Records made durable by one sync: how well group commit groups (histogram).
@@ -86,6 +90,10 @@ pub fn describe() {
     describe_counter!(INVALID_MESSAGES, "Session streams ended because a message could not be decoded.");
     describe_gauge!(CONNECTIONS, "Open client connections.");
     describe_counter!(CONNECTIONS_ACCEPTED, "Client connections accepted.");
+    describe_counter!(
+        RAFT_REFUSED,
+        "Raft and membership calls refused as not from a node (or an admin), by call and reason."
+    );
     describe_counter!(ACCEPT_ERRORS, "Failed accept calls, by kind: resources (descriptors, memory) or other.");
     describe_histogram!(WAL_SYNC_SECONDS, Unit::Seconds, "Duration of one write-ahead log sync.");
     describe_histogram!(WAL_SYNC_RECORDS, Unit::Count, "Records made durable by one sync (group commit).");
@@ -155,6 +163,11 @@ fn limit_of(r: &Refusal) -> Option<Limit> {
         LimitKind::WaitersPerLock => Limit::WaitersPerLock,
         _ => Limit::Other,
     })
+}
+
+/// A Raft or membership call refused as not from a node of the cluster.
+pub(crate) fn raft_refused(call: &'static str, reason: &'static str) {
+    counter!(RAFT_REFUSED, "call" => call, "reason" => reason).increment(1);
 }
 
 pub(crate) fn outbox_disconnect() {

@@ -1473,6 +1473,40 @@ fn a_status_page_looks_at_a_bounded_number_of_locks() {
     assert_eq!(pages, 25_000usize.div_ceil(STATUS_SCAN));
 }
 
+/// A principal's status pages never reveal a name outside its prefixes — not in a page, not as
+/// the cursor, whatever `after` it sends (a binary search on `after` over the cursor once
+/// recovered a hidden lock's name in 224 calls).
+#[test]
+fn status_pages_within_prefixes_never_reveal_another_name() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(limits(), 1);
+    let s = open(&mut m, t0, 10_000);
+    let names = ["db/1", "hidden/secret-a", "hidden/secret-b", "jobs/1", "jobs/2", "jobs/3", "zzz"];
+    for (i, n) in names.iter().enumerate() {
+        let t = grab(&mut m, t0, s, i as u64, n, "o");
+        assert!(m.release(t0, rel(s, n, "o", t)));
+    }
+    let prefixes = ["jobs/", "db/", "jobs/2"];
+    let visible = ["db/1", "jobs/1", "jobs/2", "jobs/3"];
+    let (mut seen, mut after) = (Vec::new(), None::<String>);
+    loop {
+        let page = m.status_page_within(t0, after.as_deref(), 1, &prefixes);
+        seen.extend(page.locks.iter().map(|v| v.name.clone()));
+        match page.next {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    assert_eq!(seen, visible);
+    for after in ["", "a", "hidden/", "hidden/secret-a", "hidden/secret-b", "hidden/t", "i", "jobs/1", "z", "zzz"] {
+        let page = m.status_page_within(t0, Some(after), 2, &prefixes);
+        let got: Vec<&str> = page.locks.iter().map(|v| v.name.as_str()).collect();
+        let expected: Vec<&str> = visible.iter().copied().filter(|n| *n > after).take(2).collect();
+        assert_eq!(got, expected, "after {after:?}");
+        assert!(page.next.as_deref().is_none_or(|n| visible.contains(&n)), "after {after:?}: cursor {:?}", page.next);
+    }
+}
+
 /// After a restart a session that held nothing gets a short time to resume (its TTL, at most
 /// RESTORED_IDLE_GRACE), a session with holds its full TTL: a table filled with idle one-hour
 /// sessions empties soon after a restart, and no holder loses its lock early.

@@ -1,5 +1,6 @@
 //! Certificates for secured test servers, made by the test itself (rcgen, ring): a CA, a server
-//! certificate for `localhost` and `127.0.0.1` signed by it, a client certificate signed by it,
+//! certificate for `localhost` and `127.0.0.1` signed by it (also usable as a client
+//! certificate: a cluster node presents it when it dials its peers), a client certificate signed by it,
 //! and a second, unrelated CA for "wrong CA" tests. Written as PEM files into a temp dir that
 //! lives as long as the value.
 
@@ -22,8 +23,9 @@ impl TestCerts {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir for certificates: {e}"));
         let (ca, ca_key) = authority("locksmith test CA");
         let (other, _) = authority("an unrelated CA");
-        let server = leaf("localhost", &["localhost", "127.0.0.1"], ExtendedKeyUsagePurpose::ServerAuth, &ca, &ca_key);
-        let client = leaf("locksmith-test-client", &[], ExtendedKeyUsagePurpose::ClientAuth, &ca, &ca_key);
+        let node = [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let server = leaf("localhost", &["localhost", "127.0.0.1"], &node, &ca, &ca_key);
+        let client = leaf("locksmith-test-client", &[], &[ExtendedKeyUsagePurpose::ClientAuth], &ca, &ca_key);
         let write = |name: &str, pem: &str| {
             std::fs::write(dir.path().join(name), pem).unwrap_or_else(|e| panic!("writing {name}: {e}"));
         };
@@ -94,7 +96,7 @@ fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
 fn leaf(
     name: &str,
     sans: &[&str],
-    usage: ExtendedKeyUsagePurpose,
+    usages: &[ExtendedKeyUsagePurpose],
     ca: &rcgen::Certificate,
     ca_key: &KeyPair,
 ) -> (String, String, Vec<u8>) {
@@ -102,7 +104,7 @@ fn leaf(
     let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
     let mut params = CertificateParams::new(sans).unwrap_or_else(|e| panic!("{name} params: {e}"));
     params.distinguished_name.push(DnType::CommonName, name);
-    params.extended_key_usages = vec![usage];
+    params.extended_key_usages = usages.to_vec();
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
     let cert = params.signed_by(&key, ca, ca_key).unwrap_or_else(|e| panic!("{name} certificate: {e}"));
     (cert.pem(), key.serialize_pem(), cert.der().to_vec())

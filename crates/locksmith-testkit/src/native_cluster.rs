@@ -1,5 +1,6 @@
-//! A cluster of native servers as real processes: `locksmith serve --node-id N --peers …` on
-//! free loopback ports, each with its own temp data dir; every process killed by PID on drop.
+//! A cluster of native servers as real processes: `locksmith serve --node-id N --peers …
+//! --cluster-secret-file …` on free loopback ports, each with its own temp data dir, the cluster
+//! with a secret of its own; every process killed by PID on drop.
 //! A node can also be restarted with `--join` (after [`NativeCluster::wipe`]: a lost disk) and
 //! added back with `locksmith cluster add`.
 
@@ -25,6 +26,9 @@ pub struct NativeCluster {
     serve_args: Vec<String>,
     /// Options for the URLs this hands out and its own checks (e.g. `token_file=…`).
     query: Option<String>,
+    /// The cluster secret every node is given (a fresh one per cluster), in its own temp dir.
+    secret: PathBuf,
+    _secret_dir: tempfile::TempDir,
 }
 
 #[derive(Debug)]
@@ -80,6 +84,8 @@ impl NativeCluster {
             .collect();
         let peers = nodes.iter().map(|n| format!("{}=127.0.0.1:{}", n.id, n.port)).collect::<Vec<_>>().join(",");
         let links = with_links.then(|| Links::start(&nodes.iter().map(|n| (n.id, n.port)).collect()));
+        let secret_dir = tempfile::Builder::new().prefix("locksmith-secret-").tempdir().expect("create a temp dir");
+        let secret = write_cluster_secret(secret_dir.path());
         let mut c = Self {
             bin: bin.to_path_buf(),
             nodes,
@@ -87,6 +93,8 @@ impl NativeCluster {
             links,
             serve_args: serve_args.iter().map(|a| a.to_string()).collect(),
             query: query.map(str::to_string),
+            secret,
+            _secret_dir: secret_dir,
         };
         for id in 1..=size as u64 {
             c.restart(id);
@@ -241,6 +249,23 @@ impl NativeCluster {
         }
     }
 
+    /// Waits up to `limit` for node `id` to exit by itself; its exit status, or `None` while it
+    /// still runs (or was not started).
+    pub fn wait_exit(&mut self, id: u64, limit: Duration) -> Option<std::process::ExitStatus> {
+        let node = self.node_mut(id);
+        let status = node.process.as_mut()?.wait_timeout(limit)?;
+        node.process = None;
+        if let Some(mut w) = node.watchdog.take() {
+            w.kill9();
+        }
+        Some(status)
+    }
+
+    /// What node `id` logged so far.
+    pub fn log(&self, id: u64) -> String {
+        std::fs::read_to_string(self.node(id).dir.path().join("node.log")).unwrap_or_default()
+    }
+
     /// `kill -9` of node `id` (continued first, if paused); its data dir stays.
     pub fn kill9(&mut self, id: u64) {
         let node = self.node_mut(id);
@@ -254,16 +279,29 @@ impl NativeCluster {
         }
     }
 
+    /// The cluster secret file every node was given (`--cluster-secret-file`).
+    pub fn secret_file(&self) -> &Path {
+        &self.secret
+    }
+
     /// Runs `locksmith cluster ARGS --backend URL` (this cluster's [`url`](Self::url) unless
-    /// `backend` is given) and returns what it did.
+    /// `backend` is given) and returns what it did. `add` and `remove` are proven with the
+    /// cluster secret, unless the cluster was started with a `query` (its credentials decide).
     ///
     /// # Panics
     /// When the command cannot be started.
     pub fn cluster_command(&self, args: &[&str], backend: Option<&str>) -> std::process::Output {
         let url = backend.map_or_else(|| self.url(), str::to_string);
+        let changes = matches!(args.first(), Some(&"add" | &"remove"));
+        let secret: Vec<&std::ffi::OsStr> = if changes && self.query.is_none() {
+            vec!["--cluster-secret-file".as_ref(), self.secret.as_os_str()]
+        } else {
+            vec![]
+        };
         Command::new(&self.bin)
             .arg("cluster")
             .args(args)
+            .args(secret)
             .args(["--backend", &url])
             .env_remove("LOCKSMITH_TOKEN_FILE")
             .stdin(Stdio::null())
@@ -303,6 +341,7 @@ impl NativeCluster {
         let bin = self.bin.clone();
         let routes = self.links.as_ref().map(|l| l.routes(id));
         let serve_args = self.serve_args.clone();
+        let secret = self.secret.clone();
         let node = self.node_mut(id);
         let mut cmd = Command::new(&bin);
         cmd.arg("serve")
@@ -313,6 +352,8 @@ impl NativeCluster {
             .arg("--node-id")
             .arg(id.to_string())
             .args(membership)
+            .arg("--cluster-secret-file")
+            .arg(&secret)
             .args(&serve_args)
             .env("LOCKSMITH_LOG", "info,openraft=warn,h2=warn,tower=warn,hyper=warn")
             .stdin(Stdio::null());
@@ -339,6 +380,25 @@ impl NativeCluster {
         node.watchdog = Some(watchdog("locksmith node", p.pid(), node.dir.path()));
         node.process = Some(p);
     }
+}
+
+/// Writes a fresh random cluster secret to `dir/cluster.secret`, readable by this user only, and
+/// returns its path (for `locksmith serve --cluster-secret-file`).
+///
+/// # Panics
+/// When the file cannot be written.
+pub fn write_cluster_secret(dir: &Path) -> PathBuf {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("cluster.secret");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", path.display()));
+    writeln!(file, "{}", crate::random_password()).unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    path
 }
 
 impl Drop for NativeCluster {

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use locksmith_proto::node_proof::ClusterSecret;
+use locksmith_proto::node_proof::NODE_PROOF_HEADER;
 use openraft::error::InstallSnapshotError;
 use openraft::error::NetworkError;
 use openraft::error::PayloadTooLarge;
@@ -37,6 +39,7 @@ use super::contact::Contacts;
 use super::pb::raft_client::RaftClient;
 use super::pb::RaftRequest;
 use super::MAX_MESSAGE;
+use crate::identity::Identity;
 use crate::types::Node;
 use crate::types::NodeId;
 use crate::types::TypeConfig;
@@ -56,6 +59,10 @@ pub struct Network {
     routes: Arc<BTreeMap<NodeId, String>>,
     /// When each peer last answered.
     contacts: Contacts,
+    /// Proves every call to come from this node (see [`Network::with_secret`]).
+    secret: Option<ClusterSecret>,
+    /// The cluster id every proof carries.
+    identity: Option<Arc<Identity>>,
 }
 
 impl Network {
@@ -71,13 +78,35 @@ impl Network {
         backoff: Duration,
         routes: BTreeMap<NodeId, String>,
     ) -> Self {
-        let contacts = Contacts::default();
-        Self { id, channels: Arc::default(), tls, connect_timeout, backoff, routes: Arc::new(routes), contacts }
+        Self {
+            id,
+            channels: Arc::default(),
+            tls,
+            connect_timeout,
+            backoff,
+            routes: Arc::new(routes),
+            contacts: Contacts::default(),
+            secret: None,
+            identity: None,
+        }
     }
 
     /// When each peer last answered this node's calls.
     pub fn contacts(&self) -> Contacts {
         self.contacts.clone()
+    }
+
+    /// The same network, putting a node proof made with `secret` on every call (peers that
+    /// authenticate nodes refuse calls without one).
+    #[must_use]
+    pub fn with_secret(mut self, secret: Option<ClusterSecret>) -> Self {
+        self.secret = secret;
+        self
+    }
+
+    pub(crate) fn with_identity(mut self, identity: Arc<Identity>) -> Self {
+        self.identity = Some(identity);
+        self
     }
 
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
@@ -111,8 +140,16 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         let client = self.channel(target, &node.addr).map(|ch| {
             RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
         });
-        let contacts = self.contacts.clone();
-        PeerClient { id: self.id, target, node: node.clone(), client, backoff: self.backoff, contacts }
+        PeerClient {
+            id: self.id,
+            target,
+            node: node.clone(),
+            client,
+            backoff: self.backoff,
+            contacts: self.contacts.clone(),
+            secret: self.secret.clone(),
+            identity: self.identity.clone(),
+        }
     }
 }
 
@@ -125,6 +162,8 @@ pub struct PeerClient {
     client: Result<RaftClient<Channel>, String>,
     backoff: Duration,
     contacts: Contacts,
+    secret: Option<ClusterSecret>,
+    identity: Option<Arc<Identity>>,
 }
 
 #[derive(Clone, Copy)]
@@ -140,6 +179,15 @@ impl Rpc {
             Rpc::AppendEntries => RPCTypes::AppendEntries,
             Rpc::Vote => RPCTypes::Vote,
             Rpc::InstallSnapshot => RPCTypes::InstallSnapshot,
+        }
+    }
+
+    /// The gRPC path, which a node proof covers.
+    fn path(self) -> &'static str {
+        match self {
+            Rpc::AppendEntries => "/locksmith.raft.v1.Raft/AppendEntries",
+            Rpc::Vote => "/locksmith.raft.v1.Raft/Vote",
+            Rpc::InstallSnapshot => "/locksmith.raft.v1.Raft/InstallSnapshot",
         }
     }
 }
@@ -159,7 +207,18 @@ impl PeerClient {
         let network = |e: &dyn ToString| RPCError::Network(NetworkError::from(AnyError::error(e.to_string())));
         let client = self.client.as_mut().map_err(|e| network(e))?;
         let payload = postcard::to_stdvec(req).map_err(|e| network(&e))?;
+        // A leader's message draws the cluster's id when it has none yet (see `crate::identity`).
+        let cluster = match (&self.identity, rpc) {
+            (Some(i), Rpc::Vote) => i.get(),
+            (Some(i), _) => i.get_or_draw(),
+            (None, _) => 0,
+        };
+        let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, cluster, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
+        if let Some(proof) = proof {
+            let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network(&e))?;
+            request.metadata_mut().insert(NODE_PROOF_HEADER, value);
+        }
         // openraft gives up at the hard TTL; answering a timeout a little before lets
         // `append_entries` turn it into a smaller batch. The deadline also travels as
         // `grpc-timeout`, so the peer stops working on a request its sender has given up on.

@@ -4,15 +4,21 @@
 //! - [`Network`] (`client`): openraft's network factory: one lazily connected tonic channel per
 //!   peer, reused by every replication stream and vote to it, optional TLS, a deadline per RPC;
 //! - [`RaftService`] (`server`): the service the application adds to its own tonic router
-//!   ([`RaftNode::service`](crate::RaftNode::service)).
+//!   ([`RaftNode::service`](crate::RaftNode::service));
+//! - [`NodeGate`] and [`NodeAuth`] (`gate`): only nodes holding the cluster secret speak Raft:
+//!   every call carries a node proof, checked before its message is read.
 
 mod client;
 mod contact;
+mod gate;
 mod server;
 
 pub use client::Network;
 pub use client::PeerClient;
 pub use contact::Contacts;
+pub use gate::NodeAuth;
+pub use gate::NodeGate;
+pub use gate::Refusal;
 pub use server::RaftService;
 
 /// The generated gRPC code of `locksmith.raft.v1` (`proto/raft.proto`).

@@ -4,4 +4,5 @@
 mod cluster;
 mod common;
 mod node;
+mod node_auth;
 mod storage_suite;

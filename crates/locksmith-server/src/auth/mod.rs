@@ -1,14 +1,18 @@
 //! Authentication and authorization of the native server's clients (`locksmith serve --auth
 //! FILE`): a [`Policy`] file maps bearer tokens (gRPC metadata `authorization: Bearer …`) and
 //! client certificates (mutual TLS) to principals with per-prefix rights. The file is re-read
-//! when it changes (checked every second) or on [`Auth::reload`] (SIGHUP in `locksmith serve`);
-//! a file that does not parse keeps the previous policy and is logged.
+//! when its content changes (compared every second, whatever its modification time says) or on
+//! [`Auth::reload`] (SIGHUP in `locksmith serve`); a file that does not parse keeps the previous
+//! policy and is logged. Every reload is announced on [`Auth::changes`]: open session streams
+//! check their credential again, and one that no longer authenticates is ended and its session
+//! closed (its holds released).
 
 mod policy;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
-use std::time::SystemTime;
+
+use tokio::sync::watch;
 
 pub use policy::{hex, Fingerprint, Policy, Principal};
 
@@ -18,7 +22,10 @@ use crate::error::ServerError;
 #[derive(Debug, Clone)]
 pub struct Auth {
     path: PathBuf,
-    current: Arc<RwLock<(Arc<Policy>, Option<SystemTime>)>>,
+    /// The policy in force and the SHA-256 of the file content it was read from.
+    current: Arc<RwLock<(Arc<Policy>, [u8; 32])>>,
+    /// Bumped on every reload.
+    changes: Arc<watch::Sender<u64>>,
 }
 
 impl Auth {
@@ -28,8 +35,12 @@ impl Auth {
     /// [`ServerError::Config`] when it cannot be read or parsed (nothing is served then).
     pub fn load(path: impl Into<PathBuf>) -> Result<Self, ServerError> {
         let path = path.into();
-        let (policy, mtime) = read(&path).map_err(ServerError::Config)?;
-        Ok(Self { path, current: Arc::new(RwLock::new((Arc::new(policy), mtime))) })
+        let (policy, digest) = read(&path).map_err(ServerError::Config)?;
+        Ok(Self {
+            path,
+            current: Arc::new(RwLock::new((Arc::new(policy), digest))),
+            changes: Arc::new(watch::channel(0).0),
+        })
     }
 
     /// The policy in force.
@@ -42,16 +53,24 @@ impl Auth {
     /// # Errors
     /// Why the file could not be used.
     pub fn reload(&self) -> Result<(), String> {
-        let (policy, mtime) = read(&self.path)?;
-        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (Arc::new(policy), mtime);
+        let (policy, digest) = read(&self.path)?;
+        *self.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = (Arc::new(policy), digest);
         tracing::info!(path = %self.path.display(), "auth policy reloaded");
+        self.changes.send_modify(|n| *n += 1);
         Ok(())
     }
 
-    /// Reloads if the file's modification time changed since the last load.
+    /// A watch that changes on every reload: open streams check their credential again.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// Reloads if the file's content changed since the last load (an edit that keeps the
+    /// modification time included).
     pub(crate) fn reload_if_changed(&self) {
         let seen = self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).1;
-        let now = std::fs::metadata(&self.path).and_then(|m| m.modified()).ok();
+        let Ok(bytes) = std::fs::read(&self.path) else { return };
+        let now = crate::secret::digest(&bytes);
         if now != seen {
             if let Err(e) = self.reload() {
                 tracing::error!(path = %self.path.display(), error = %e, "auth policy not reloaded; the previous one stays");
@@ -74,11 +93,12 @@ impl Auth {
     }
 }
 
-fn read(path: &Path) -> Result<(Policy, Option<SystemTime>), String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mtime = std::fs::metadata(path).and_then(|m| m.modified()).ok();
+fn read(path: &Path) -> Result<(Policy, [u8; 32]), String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let digest = crate::secret::digest(&bytes);
+    let text = String::from_utf8(bytes).map_err(|_| format!("{}: not UTF-8", path.display()))?;
     let policy = Policy::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    Ok((policy, mtime))
+    Ok((policy, digest))
 }
 
 /// A new bearer token (32 random bytes, hex) and the SHA-256 (hex) the policy file lists.

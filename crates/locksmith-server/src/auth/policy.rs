@@ -49,6 +49,11 @@ impl Principal {
     pub fn may_observe(&self, name: &str) -> bool {
         self.admin || self.may_lock(name) || self.observe.iter().any(|p| name.starts_with(p.as_str()))
     }
+
+    /// The prefixes of the names it may see in status; `None`: every name (an admin).
+    pub fn observed_prefixes(&self) -> Option<Vec<&str>> {
+        (!self.admin).then(|| self.lock.iter().chain(&self.observe).map(String::as_str).collect())
+    }
 }
 
 /// A parsed policy: principals by token and by certificate fingerprint.

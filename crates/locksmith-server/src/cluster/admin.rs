@@ -4,8 +4,10 @@
 //! and another node sends the client there like the lock service does.
 //!
 //! With an auth policy, `Status` is open to every authenticated principal (it shows node ids
-//! and addresses, no lock), and changing the membership only to an admin: a principal that may
-//! lock some names must not be able to take the cluster's quorum apart.
+//! and addresses, no lock). Changing the membership needs the node credential — a node proof
+//! made with the cluster secret (`locksmith cluster add --cluster-secret-file`) — or, under an
+//! auth policy, an admin principal: a principal that may lock some names, and an anonymous
+//! client of a cluster without a policy, must not be able to take the cluster's quorum apart.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,8 +22,13 @@ use locksmith_raft::{Added, ClusterView, MembershipError, RaftNode, Removed, Rol
 use tonic::{Request, Response, Status};
 
 use super::{check_addr, ReplicaMachine};
-use crate::auth::{Auth, Principal};
+use crate::auth::Auth;
 use crate::grpc::{authenticate, not_serving, MAX_MESSAGE_SIZE};
+use crate::node_proof::{ClusterSecret, ADD_NODE, NODE_PROOF_HEADER, OPERATOR, REMOVE_NODE};
+
+/// How far from this node's clock the time in an operator's node proof may be: a proof seen on
+/// the wire cannot be replayed later than this.
+const PROOF_WINDOW: Duration = Duration::from_secs(300);
 
 /// How long a membership change may take when the request does not say.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -34,12 +41,17 @@ const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 pub(crate) struct Admin {
     node: Option<Arc<RaftNode<ReplicaMachine>>>,
     auth: Option<Auth>,
+    secret: Option<ClusterSecret>,
 }
 
 impl Admin {
     /// The tonic service, ready for the server's router.
-    pub(crate) fn server(node: Option<Arc<RaftNode<ReplicaMachine>>>, auth: Option<Auth>) -> ClusterServer<Self> {
-        ClusterServer::new(Self { node, auth }).max_decoding_message_size(MAX_MESSAGE_SIZE)
+    pub(crate) fn server(
+        node: Option<Arc<RaftNode<ReplicaMachine>>>,
+        auth: Option<Auth>,
+        secret: Option<ClusterSecret>,
+    ) -> ClusterServer<Self> {
+        ClusterServer::new(Self { node, auth, secret }).max_decoding_message_size(MAX_MESSAGE_SIZE)
     }
 
     fn node(&self) -> Result<&RaftNode<ReplicaMachine>, Status> {
@@ -51,16 +63,77 @@ impl Admin {
         })
     }
 
-    /// The caller, who must be an admin when there is a policy.
-    fn admin<T>(&self, request: &Request<T>) -> Result<Option<Principal>, Status> {
-        let principal = authenticate(self.auth.as_ref(), request)?;
-        match &principal {
-            Some(p) if !p.is_admin() => Err(Status::permission_denied(format!(
-                "{} may not change the cluster's membership (only an admin may)",
-                p.name
-            ))),
-            _ => Ok(principal),
+    /// Who may change the membership: the holder of the cluster secret (a node proof for `call`
+    /// covering the request), or an admin principal of the policy. Returns who, for the log.
+    fn changer<T: prost::Message>(&self, call: &'static str, request: &Request<T>) -> Result<String, Status> {
+        let refuse = |reason, status| {
+            crate::telemetry::raft_refused(call_label(call), reason);
+            tracing::warn!(call, reason, peer = ?request.remote_addr(), "cluster: membership change refused");
+            status
+        };
+        if let Some(header) = request.metadata().get(NODE_PROOF_HEADER) {
+            let Some(secret) = &self.secret else {
+                return Err(refuse(
+                    "bad_proof",
+                    Status::unauthenticated("this server has no cluster secret to check a node proof with"),
+                ));
+            };
+            let claim = header
+                .to_str()
+                .map_err(|_| crate::node_proof::ProofError::Malformed)
+                .and_then(|h| secret.check(call, h))
+                .map_err(|e| refuse("bad_proof", Status::unauthenticated(e.to_string())))?;
+            let own = self.node.as_ref().map(|n| n.id());
+            if !claim.covers(&request.get_ref().encode_to_vec()) {
+                return Err(refuse(
+                    "wrong_message",
+                    Status::unauthenticated("the request is not the one its node proof covers"),
+                ));
+            }
+            if claim.target != OPERATOR && Some(claim.target) != own {
+                return Err(Status::failed_precondition(format!("the node proof is for node {}", claim.target)));
+            }
+            if !claim.fresh(PROOF_WINDOW) {
+                return Err(refuse(
+                    "bad_proof",
+                    Status::unauthenticated(format!(
+                        "the node proof was made more than {} s from this node's time: a replay, or a clock far off",
+                        PROOF_WINDOW.as_secs()
+                    )),
+                ));
+            }
+            return Ok(match claim.sender {
+                OPERATOR => "cluster secret".to_string(),
+                n => format!("node {n}"),
+            });
         }
+        let principal = authenticate(self.auth.as_ref(), request).map_err(|s| refuse("no_proof", s))?;
+        match principal {
+            Some(p) if p.is_admin() => Ok(p.name),
+            Some(p) => Err(refuse(
+                "not_admin",
+                Status::permission_denied(format!(
+                    "{} may not change the cluster's membership (only an admin or the cluster secret may)",
+                    p.name
+                )),
+            )),
+            None => Err(refuse(
+                "no_proof",
+                Status::unauthenticated(
+                    "changing the cluster's membership needs the cluster secret (locksmith cluster add|remove \
+                     --cluster-secret-file FILE) or, on a server with --auth, an admin's token or certificate",
+                ),
+            )),
+        }
+    }
+}
+
+/// The metric label of a membership call.
+fn call_label(call: &str) -> &'static str {
+    if call.ends_with("AddNode") {
+        "add_node"
+    } else {
+        "remove_node"
     }
 }
 
@@ -80,11 +153,11 @@ impl Cluster for Admin {
     /// # Cancel safety
     /// Not cancel safe: a dropped call may leave the node a learner, or a voter.
     async fn add_node(&self, request: Request<AddNodeRequest>) -> Result<Response<AddNodeResponse>, Status> {
-        let principal = self.admin(&request)?;
         let node = self.node()?;
+        let who = self.changer(ADD_NODE, &request)?;
+        let who = who.as_str();
         let AddNodeRequest { id, addr, timeout_ms } = request.into_inner();
         check_addr(&addr).map_err(Status::invalid_argument)?;
-        let who = principal.as_ref().map_or("-", |p| p.name.as_str());
         tracing::info!(node = id, %addr, principal = who, "cluster: adding a node");
         let added = node.add_voter(id, addr.clone(), limit(timeout_ms)).await.map_err(membership_status)?;
         match added {
@@ -100,10 +173,10 @@ impl Cluster for Admin {
     /// # Cancel safety
     /// Not cancel safe: a dropped call may leave the change done, or in its joint step.
     async fn remove_node(&self, request: Request<RemoveNodeRequest>) -> Result<Response<RemoveNodeResponse>, Status> {
-        let principal = self.admin(&request)?;
         let node = self.node()?;
+        let who = self.changer(REMOVE_NODE, &request)?;
+        let who = who.as_str();
         let RemoveNodeRequest { id, timeout_ms } = request.into_inner();
-        let who = principal.as_ref().map_or("-", |p| p.name.as_str());
         tracing::info!(node = id, principal = who, "cluster: removing a node");
         let removed = node.remove_node(id, limit(timeout_ms)).await.map_err(membership_status)?;
         let (was_member, was_leader) = match removed {

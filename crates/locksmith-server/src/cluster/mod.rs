@@ -33,11 +33,14 @@ use std::collections::BTreeMap;
 /// use locksmith_server::cluster::ClusterOptions;
 /// // One of three nodes forming a new cluster (`locksmith serve --node-id 1 --peers …`):
 /// let peers = (1..=3).map(|id| (id, format!("10.0.0.{id}:7531"))).collect();
-/// let first = ClusterOptions::new(1, peers);
+/// use locksmith_server::node_proof::ClusterSecret;
+/// let secret = ClusterSecret::new(b"the same long random secret on every node")?;
+/// let first = ClusterOptions::new(1, peers).secret(secret);
 /// assert_eq!(first.peers.len(), 3);
 /// // A node that waits to be added (`locksmith serve --node-id 4 --join`):
 /// let joining = ClusterOptions::join(4);
 /// assert!(joining.peers.is_empty());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone)]
 #[non_exhaustive]
@@ -51,6 +54,12 @@ pub struct ClusterOptions {
     /// Peers this node reaches at another address than the one in `peers` (a proxy, a tunnel):
     /// `peers` is the cluster's view, the same on every node; `routes` is this node's alone.
     pub routes: BTreeMap<u64, String>,
+    /// The cluster secret every node is given: it proves this node's Raft calls and checks its
+    /// peers' (`locksmith serve --cluster-secret-file`). A cluster does not start without it.
+    pub secret: Option<locksmith_proto::node_proof::ClusterSecret>,
+    /// Accept Raft calls that carry no node proof (one with a wrong proof is still refused):
+    /// only while a running cluster is upgraded to node authentication, one node at a time.
+    pub accept_unauthenticated_peers: bool,
 }
 
 /// Checks a node's address as the peers will dial it: `HOST:PORT`, the host a name or an IP
@@ -78,7 +87,20 @@ impl ClusterOptions {
     /// Node `node_id` of the cluster `peers`: with a data directory that holds no cluster yet,
     /// it forms one with them (see [`RaftNode::start`](locksmith_raft::RaftNode::start)).
     pub fn new(node_id: u64, peers: BTreeMap<u64, String>) -> Self {
-        Self { node_id, peers, routes: BTreeMap::new() }
+        Self { node_id, peers, routes: BTreeMap::new(), secret: None, accept_unauthenticated_peers: false }
+    }
+
+    /// The same options with the cluster secret.
+    pub fn secret(mut self, secret: locksmith_proto::node_proof::ClusterSecret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// The same options accepting Raft calls without a node proof when `accept` (during an
+    /// upgrade; see [`accept_unauthenticated_peers`](Self::accept_unauthenticated_peers)).
+    pub fn accept_unauthenticated_peers(mut self, accept: bool) -> Self {
+        self.accept_unauthenticated_peers = accept;
+        self
     }
 
     /// The same options, reaching the peers in `routes` at the addresses given there.
@@ -91,7 +113,7 @@ impl ClusterOptions {
     /// yet, it waits until the leader adds it (`locksmith cluster add`); otherwise it restarts
     /// as the member its directory says it is.
     pub fn join(node_id: u64) -> Self {
-        Self { node_id, peers: BTreeMap::new(), routes: BTreeMap::new() }
+        Self::new(node_id, BTreeMap::new())
     }
 }
 

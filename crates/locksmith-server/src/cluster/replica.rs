@@ -5,7 +5,7 @@
 //! `apply` stamps (deadlines, lock-delays) only matter once the node leads, when they are
 //! set afresh (see `crate::service`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::machine::{Limits, Machine, Record};
 use crate::wal;
@@ -83,7 +83,45 @@ impl locksmith_raft::Replicated for ReplicaMachine {
         for r in &records {
             machine.apply(now, r);
         }
+        // Whatever a snapshot says, fencing counters and the token floor never go down on this
+        // node: a snapshot that lowered them (a bug, or one forged by someone who got past node
+        // authentication) would hand out tokens again that holders already had.
+        for r in self.machine.snapshot(now) {
+            match r {
+                Record::Floor { .. } => machine.apply(now, &r),
+                Record::Counter { name, token, .. } => {
+                    machine.apply(now, &Record::Counter { name, token, delay: Duration::ZERO });
+                }
+                _ => {}
+            }
+        }
         self.machine = machine;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use locksmith_raft::Replicated;
+
+    use super::*;
+
+    /// An empty snapshot (once forged by a client on the Raft port) or a stale one leaves every
+    /// lock's fencing counter and the token floor where they were: tokens never go backwards.
+    #[test]
+    fn a_snapshot_never_lowers_a_counter_or_the_floor() {
+        let mut replica = ReplicaMachine::new(Limits::default());
+        let now = Instant::now();
+        let counter = Record::Counter { name: "fenced".into(), token: 5, delay: Duration::ZERO };
+        replica.apply(1, &encode(&[Record::Floor { upto: 1_024 }, counter]));
+        replica.install(&[]).unwrap();
+        assert_eq!(replica.machine().floor(), 1_024);
+        let view = replica.machine.status(now, Some("fenced"));
+        assert_eq!(view.first().map(|v| v.last_token), Some(5));
+        // A snapshot with higher values still raises them.
+        let newer = Record::Counter { name: "fenced".into(), token: 7, delay: Duration::ZERO };
+        replica.install(&encode(&[Record::Floor { upto: 2_048 }, newer])).unwrap();
+        assert_eq!(replica.machine().floor(), 2_048);
+        assert_eq!(replica.machine.status(now, Some("fenced")).first().map(|v| v.last_token), Some(7));
     }
 }

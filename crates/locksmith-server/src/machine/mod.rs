@@ -677,6 +677,42 @@ impl Machine {
         StatusPage { locks, next: None }
     }
 
+    /// [`status_page`](Self::status_page) for a caller that may observe only the names under
+    /// `prefixes`: only those names are looked at, and the cursor `next` is always one of them,
+    /// so no page, cursor or page size depends on a lock the caller may not observe (a filter
+    /// over every name let a binary search on `after` recover hidden names from `next`).
+    pub fn status_page_within(&self, now: Instant, after: Option<&str>, limit: usize, prefixes: &[&str]) -> StatusPage {
+        // Disjoint prefixes in order: one that another one starts with adds nothing, and the
+        // names under two disjoint prefixes never interleave.
+        let mut sorted: Vec<&str> = prefixes.to_vec();
+        sorted.sort_unstable();
+        let mut disjoint: Vec<&str> = Vec::with_capacity(sorted.len());
+        for p in sorted {
+            if disjoint.last().is_none_or(|q| !p.starts_with(q)) {
+                disjoint.push(p);
+            }
+        }
+        let limit = limit.max(1);
+        let mut locks = Vec::new();
+        for prefix in disjoint {
+            let from = match after {
+                Some(a) if a >= prefix => Bound::Excluded(a),
+                _ => Bound::Included(prefix),
+            };
+            for (name, lock) in self.locks.range::<str, _>((from, Bound::Unbounded)) {
+                if !name.starts_with(prefix) {
+                    break;
+                }
+                if locks.len() == limit {
+                    let next = locks.last().map(|v: &LockView| v.name.clone());
+                    return StatusPage { locks, next };
+                }
+                locks.push(self.view(now, name, lock));
+            }
+        }
+        StatusPage { locks, next: None }
+    }
+
     fn view(&self, now: Instant, name: &str, lock: &Lock) -> LockView {
         let ttl_left = |session: SessionId| {
             self.sessions.get(&session).map(|s| s.deadline.saturating_duration_since(now)).unwrap_or_default()

@@ -1,0 +1,328 @@
+//! Node authentication of Raft calls: only nodes holding the cluster secret speak Raft.
+//!
+//! [`NodeGate`] sits in front of the generated service and checks a call's node proof
+//! (`locksmith_proto::node_proof`) from its headers alone, before the message is read: a caller
+//! without the secret is answered `UNAUTHENTICATED` (or `PERMISSION_DENIED` when the proven
+//! sender is no member) and its message is never buffered nor decoded. The service then checks
+//! what only the message shows: that it is the message the proof covers, and that the vote it
+//! carries is the sender's own (the candidate of a vote, the leader of an append or snapshot).
+//! Client credentials play no part: a bearer token or a client certificate is never a node.
+
+use std::convert::Infallible;
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::task::Context;
+use std::task::Poll;
+use std::time::Duration;
+use std::time::Instant;
+
+use locksmith_proto::node_proof::Claim;
+use locksmith_proto::node_proof::ClusterSecret;
+use locksmith_proto::node_proof::NODE_PROOF_HEADER;
+use tonic::body::Body;
+use tonic::codegen::http;
+use tonic::codegen::BoxFuture;
+use tonic::codegen::Service;
+use tonic::server::NamedService;
+use tonic::Status;
+
+use crate::identity::Identity;
+use crate::types::NodeId;
+use crate::types::Raft;
+
+/// How a node authenticates its peers' Raft calls and its own
+/// ([`NodeConfig::auth`](crate::NodeConfig::auth)).
+///
+/// ```
+/// use locksmith_proto::node_proof::ClusterSecret;
+/// use locksmith_raft::{NodeAuth, NodeConfig};
+/// let secret = ClusterSecret::new(b"the same long random secret on every node")?;
+/// let mut config = NodeConfig::default();
+/// config.auth = Some(NodeAuth::new(secret).on_refused(|r| eprintln!("refused {}: {}", r.call, r.reason)));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct NodeAuth {
+    /// The cluster secret: proves this node's calls and checks its peers'.
+    pub secret: ClusterSecret,
+    /// Also accept calls that carry no proof at all (a proof that does not verify is still
+    /// refused): only while a running cluster is upgraded to node authentication, one node at a
+    /// time.
+    pub accept_unauthenticated: bool,
+    on_refused: Option<OnRefused>,
+}
+
+/// What [`NodeAuth::on_refused`] calls.
+type OnRefused = Arc<dyn Fn(&Refusal) + Send + Sync>;
+
+impl fmt::Debug for NodeAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeAuth").field("accept_unauthenticated", &self.accept_unauthenticated).finish_non_exhaustive()
+    }
+}
+
+impl NodeAuth {
+    /// Authentication with `secret`, refusing every call without a valid proof.
+    pub fn new(secret: ClusterSecret) -> Self {
+        Self { secret, accept_unauthenticated: false, on_refused: None }
+    }
+
+    /// The same, accepting calls without a proof when `accept` (see
+    /// [`accept_unauthenticated`](Self::accept_unauthenticated)).
+    #[must_use]
+    pub fn accept_unauthenticated(mut self, accept: bool) -> Self {
+        self.accept_unauthenticated = accept;
+        self
+    }
+
+    /// The same, calling `f` for every refused call (e.g. to count them in metrics).
+    #[must_use]
+    pub fn on_refused(mut self, f: impl Fn(&Refusal) + Send + Sync + 'static) -> Self {
+        self.on_refused = Some(Arc::new(f));
+        self
+    }
+}
+
+/// A Raft call this node refused.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Refusal {
+    /// The method: `append_entries`, `vote`, `install_snapshot` (or `other`).
+    pub call: &'static str,
+    /// Why, as a metric label: `no_proof`, `bad_proof`, `not_a_member`, `wrong_sender`,
+    /// `wrong_message`, `bad_term`, `foreign_cluster`.
+    pub reason: &'static str,
+    /// The node id the caller claimed or proved, when known.
+    pub sender: Option<NodeId>,
+    /// The caller's address, when known.
+    pub peer: Option<SocketAddr>,
+}
+
+/// What the gate let through, for the service to finish checking.
+#[derive(Debug, Clone)]
+pub(crate) enum Admitted {
+    /// A verified proof.
+    Proven(Claim),
+    /// No proof, and none is asked for (no node authentication, or an upgrade under way).
+    Unproven,
+}
+
+/// State shared by the gate and the service of one node.
+pub(crate) struct Gate {
+    id: NodeId,
+    raft: Raft,
+    auth: Option<NodeAuth>,
+    identity: Arc<Identity>,
+    quiet: Mutex<Quiet>,
+}
+
+/// Refusals are logged at most once per [`LOG_EVERY`], with how many were not.
+#[derive(Default)]
+struct Quiet {
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// Terms beyond this are refused: no cluster holds that many elections, and openraft's term
+/// arithmetic must never meet `u64::MAX`.
+pub(crate) const MAX_TERM: u64 = 1 << 62;
+
+impl Gate {
+    pub(crate) fn new(id: NodeId, raft: Raft, auth: Option<NodeAuth>, identity: Arc<Identity>) -> Self {
+        Self { id, raft, auth, identity, quiet: Mutex::default() }
+    }
+
+    pub(crate) fn id(&self) -> NodeId {
+        self.id
+    }
+
+    /// Whether a call reaching the service without the gate's verdict must be refused.
+    pub(crate) fn demands_proof(&self) -> bool {
+        self.auth.as_ref().is_some_and(|a| !a.accept_unauthenticated)
+    }
+
+    /// Whether `id` is a member (voter or learner) of this node's cluster. A node that belongs
+    /// to none yet (forming a cluster, or waiting to be added) hears from any authenticated node.
+    pub(crate) fn is_member(&self, id: NodeId) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let membership = m.membership_config.membership();
+        membership.nodes().next().is_none() || membership.get_node(&id).is_some()
+    }
+
+    /// Whether this node has applied more than a cluster's first entries: it belongs to a
+    /// cluster that has served.
+    fn has_history(&self) -> bool {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.last_applied.is_some_and(|l| l.index >= 2) || m.last_log_index.is_some_and(|i| i >= 2)
+    }
+
+    /// Checks the cluster id a proof carries against this node's (see `crate::identity`): takes
+    /// a leader's when this node has none or no history; refuses another cluster's otherwise,
+    /// and stops the node when that cluster's leader reached it.
+    fn check_cluster(&self, call: &'static str, claim: &Claim) -> Result<(), String> {
+        let mine = self.identity.get();
+        if claim.cluster == 0 || claim.cluster == mine {
+            return Ok(());
+        }
+        let from_leader = call != "vote";
+        if mine == 0 || !self.has_history() {
+            if from_leader {
+                self.identity.adopt(claim.cluster);
+            }
+            return Ok(());
+        }
+        let message = format!(
+            "node {} belongs to cluster {:032x}, this node to cluster {mine:032x}: two clusters with the same node \
+             ids (were the data directories of a majority wiped and their nodes restarted with --peers?); this \
+             node will not join the other one (README: A cluster)",
+            claim.sender, claim.cluster
+        );
+        if from_leader {
+            tracing::error!("raft: {message}");
+            self.identity.met_foreign(message.clone());
+        }
+        Err(message)
+    }
+
+    /// Counts and logs (rate-limited) a refusal; returns `status` for the caller.
+    pub(crate) fn refuse(&self, refusal: Refusal, status: Status) -> Status {
+        if let Some(f) = self.auth.as_ref().and_then(|a| a.on_refused.as_ref()) {
+            f(&refusal);
+        }
+        let mut quiet = self.quiet.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if quiet.last.is_none_or(|l| now.duration_since(l) >= LOG_EVERY) {
+            tracing::warn!(
+                call = refusal.call,
+                reason = refusal.reason,
+                sender = ?refusal.sender,
+                peer = ?refusal.peer,
+                more_refused_since_last = quiet.suppressed,
+                "raft: refused a call that is not from a node of this cluster: {}",
+                status.message()
+            );
+            quiet.last = Some(now);
+            quiet.suppressed = 0;
+        } else {
+            quiet.suppressed += 1;
+        }
+        status
+    }
+
+    /// The gate's verdict on a call from its headers.
+    fn admit<B>(&self, req: &http::Request<B>) -> Result<Admitted, Status> {
+        let Some(auth) = &self.auth else { return Ok(Admitted::Unproven) };
+        let path = req.uri().path();
+        let call = call_name(path);
+        let peer = peer_addr(req);
+        let refusal = |reason, sender| Refusal { call, reason, sender, peer };
+        let Some(header) = req.headers().get(NODE_PROOF_HEADER) else {
+            if auth.accept_unauthenticated {
+                return Ok(Admitted::Unproven);
+            }
+            return Err(self.refuse(
+                refusal("no_proof", None),
+                Status::unauthenticated(
+                    "raft calls need a node proof: every node of the cluster needs the same --cluster-secret-file",
+                ),
+            ));
+        };
+        let claim = header
+            .to_str()
+            .map_err(|_| locksmith_proto::node_proof::ProofError::Malformed)
+            .and_then(|h| auth.secret.check(path, h))
+            .map_err(|e| self.refuse(refusal("bad_proof", None), Status::unauthenticated(e.to_string())))?;
+        if claim.target != self.id {
+            return Err(Status::failed_precondition(format!(
+                "this is raft node {}, not node {}: the cluster's address for it is stale",
+                self.id, claim.target
+            )));
+        }
+        // A candidate must be a member as this node sees it. A proven leader need not: a member
+        // that missed the change adding that leader learns of it from the leader's own log.
+        if call == "vote" && !self.is_member(claim.sender) {
+            return Err(self.refuse(
+                refusal("not_a_member", Some(claim.sender)),
+                Status::permission_denied(format!("node {} is not a member of this node's cluster", claim.sender)),
+            ));
+        }
+        if let Err(message) = self.check_cluster(call, &claim) {
+            return Err(self.refuse(refusal("foreign_cluster", Some(claim.sender)), Status::permission_denied(message)));
+        }
+        Ok(Admitted::Proven(claim))
+    }
+}
+
+/// The method of a Raft call's path, as metrics and logs name it.
+pub(crate) fn call_name(path: &str) -> &'static str {
+    match path.rsplit('/').next() {
+        Some("AppendEntries") => "append_entries",
+        Some("Vote") => "vote",
+        Some("InstallSnapshot") => "install_snapshot",
+        _ => "other",
+    }
+}
+
+fn peer_addr<B>(req: &http::Request<B>) -> Option<SocketAddr> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    let ext = req.extensions();
+    ext.get::<TcpConnectInfo>()
+        .and_then(TcpConnectInfo::remote_addr)
+        .or_else(|| ext.get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.get_ref().remote_addr()))
+}
+
+/// A Raft service behind node authentication: what [`RaftNode::service`](crate::RaftNode::service)
+/// returns, for the application's tonic router.
+#[derive(Clone)]
+pub struct NodeGate<S> {
+    inner: S,
+    gate: Arc<Gate>,
+}
+
+impl<S> fmt::Debug for NodeGate<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NodeGate").field("node", &self.gate.id).finish_non_exhaustive()
+    }
+}
+
+impl<S> NodeGate<S> {
+    pub(crate) fn new(inner: S, gate: Arc<Gate>) -> Self {
+        Self { inner, gate }
+    }
+}
+
+impl<S> Service<http::Request<Body>> for NodeGate<S>
+where
+    S: Service<http::Request<Body>, Response = http::Response<Body>, Error = Infallible>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Infallible>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut req: http::Request<Body>) -> Self::Future {
+        match self.gate.admit(&req) {
+            Ok(admitted) => {
+                req.extensions_mut().insert(admitted);
+                Box::pin(self.inner.call(req))
+            }
+            // The request, body unread, is dropped here: its sender cannot make this node buffer it.
+            Err(status) => Box::pin(async move { Ok(status.into_http()) }),
+        }
+    }
+}
+
+impl<S: NamedService> NamedService for NodeGate<S> {
+    const NAME: &'static str = S::NAME;
+}

@@ -73,6 +73,9 @@ pub enum Command {
     #[cfg(feature = "chaos")]
     #[command(hide = true)]
     ChaosWorker(chaos::WorkerArgs),
+    /// The guardian of `run`'s command group (started by `run`; refuses to act otherwise).
+    #[command(hide = true)]
+    RunGuardian(run::guardian::GuardianArgs),
 }
 
 /// The cargo feature a subcommand this build left out needs; `None` for any other word.
@@ -109,6 +112,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
+    // No runtime, no logging: it only waits on a pipe, and must start fast and small.
+    if let Command::RunGuardian(args) = &cli.command {
+        return run::guardian::main(args);
+    }
     if let Command::Serve(args) = &mut cli.command {
         let argv: Vec<_> = std::env::args_os().skip(2).collect();
         match serve_config::with_config_file(&argv) {
@@ -155,6 +162,7 @@ pub fn main() -> ExitCode {
             Command::Chaos(a) => chaos::chaos(a).await,
             #[cfg(feature = "chaos")]
             Command::ChaosWorker(a) => chaos::chaos_worker(a).await,
+            Command::RunGuardian(a) => run::guardian::main(&a),
         }
     })
 }

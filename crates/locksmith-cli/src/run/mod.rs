@@ -1,6 +1,7 @@
 //! `locksmith run NAME -- CMD…`: a command under a lock; the command's whole process tree is
 //! stopped if the lock is lost, and ended before the lock is released.
 
+pub mod guardian;
 mod signals;
 mod terminal;
 mod tree;
@@ -29,7 +30,8 @@ The command runs in a process group of its own (the terminal's foreground when l
 SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 sent to locksmith are forwarded to that
 group. If the lock is lost, the group gets SIGTERM, then SIGKILL after --kill-grace. When the
 command exits, processes it left running in its group are ended the same way before the lock
-is released.
+is released. A guardian process leads that group and SIGKILLs it if locksmith itself is killed
+(kill -9, the OOM killer): the command never outlives its lock's holder.
 
 The command's environment: LOCKSMITH_LOCK (the lock name) and LOCKSMITH_TOKEN (the fencing
 token; not set with --unfenced). LOCKSMITH_TOKEN_FILE names the file holding the bearer token for
@@ -46,6 +48,7 @@ Exit codes:
   77                  credentials or permissions refused by the backend
   78                  configuration error (TLS verification, TLS required, certificate files)
   126, 127            the command could not be executed / was not found
+  70                  the guardian of the command's group could not start; nothing ran
   130, 143            interrupted (SIGINT, SIGTERM) while waiting; nothing ran";
 
 /// Arguments of `locksmith run`.
@@ -206,7 +209,18 @@ pub async fn run(args: RunArgs) -> ExitCode {
     if let Some(token) = guard.fencing_token() {
         command.env("LOCKSMITH_TOKEN", token.to_string());
     }
-    let mut tree = match Tree::spawn(command, Terminal::foreground()) {
+    // The guardian first: without it, a `kill -9` of this process would leave the command
+    // running without the lock.
+    let guardian = match guardian::start() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("locksmith run: cannot start the guardian of the command's process group: {e}; nothing ran");
+            let _ = guard.unlock().await;
+            client.close().await;
+            return ExitCode::from(exit::SOFTWARE);
+        }
+    };
+    let mut tree = match Tree::spawn(command, Terminal::foreground(), guardian) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("locksmith run: cannot start {program:?}: {e}");
@@ -228,6 +242,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
                     unix_ms(guard.valid_until())
                 );
                 let _ = tree.terminate(args.kill_grace).await;
+                tree.finish();
                 drop(guard);
                 client.close().await;
                 return ExitCode::from(exit::LOST);
@@ -241,6 +256,7 @@ pub async fn run(args: RunArgs) -> ExitCode {
         tracing::warn!(lock = %args.name, "the command exited leaving processes in its group; ending them");
         let _ = tree.terminate(args.kill_grace).await;
     }
+    tree.finish();
     let held = guard.is_held();
     if let Err(e) = guard.unlock().await {
         tracing::warn!(error = %e, "release failed; the lease frees the lock after the TTL");

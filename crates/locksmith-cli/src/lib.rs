@@ -1,5 +1,5 @@
-//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `cluster`, `bench`, `chaos`,
-//! `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
+//! The `locksmith` command line: `serve`, `run`, `lock`, `elect`, `status`, `cluster`, `token`,
+//! `bench`, `chaos`, `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
 //! `locksmith-chaos` crate); this file only parses arguments and sets up logging and the runtime.
 //!
 //! # Features
@@ -15,8 +15,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod acquire;
 pub mod cluster;
 pub mod elect;
+pub mod lock;
 pub mod run;
 pub mod serve;
 mod serve_config;
@@ -48,6 +50,8 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Acquire a lock, run a command under it, release it when the command exits.
     Run(run::RunArgs),
+    /// Acquire a lock, print its token, hold it until interrupted (like `etcdctl lock NAME`).
+    Lock(lock::LockArgs),
     /// Campaign in a leader election and run a command while leading, or observe the leader.
     Elect(elect::ElectArgs),
     /// Show holder, token, waiters and TTL left of one lock or of all.
@@ -78,6 +82,26 @@ pub enum Command {
     RunGuardian(run::guardian::GuardianArgs),
 }
 
+impl Command {
+    /// What is logged without `LOCKSMITH_LOG`. A server logs; a client command speaks in its
+    /// own `locksmith X:` lines only, and shows the libraries' warnings with `-v`.
+    fn default_log_filter(&self) -> &'static str {
+        let verbose = match self {
+            // openraft narrates every vote at info: a cluster node logs its own view of that.
+            Command::Serve(_) => return "info,openraft=warn",
+            Command::Run(a) => a.acquire.verbose,
+            Command::Lock(a) => a.acquire.verbose,
+            Command::Elect(a) => a.acquire.verbose,
+            _ => false,
+        };
+        if verbose {
+            "warn"
+        } else {
+            "off"
+        }
+    }
+}
+
 /// The cargo feature a subcommand this build left out needs; `None` for any other word.
 fn left_out(subcommand: &str) -> Option<&'static str> {
     match subcommand {
@@ -98,10 +122,11 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     if let (ErrorKind::InvalidSubcommand, Some(feature)) = (e.kind(), first.as_deref().and_then(left_out)) {
         eprintln!("\ntip: this locksmith was built without the `{feature}` feature; build it with: cargo build -p locksmith-cli --features {feature}");
     }
-    let is_run = first.as_deref() == Some("run");
+    let is_run = matches!(first.as_deref(), Some("run" | "elect"));
     let missing_dashes = !std::env::args().any(|a| a == "--");
     if is_run && missing_dashes && matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument) {
-        eprintln!("\ntip: put `--` before the command: locksmith run NAME [OPTIONS] -- CMD [ARGS]...");
+        let sub = first.as_deref().unwrap_or("run");
+        eprintln!("\ntip: put `--` before the command: locksmith {sub} NAME [OPTIONS] -- CMD [ARGS]...");
     }
     ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE))
 }
@@ -127,11 +152,8 @@ pub fn main() -> ExitCode {
             }
         }
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG").unwrap_or_else(|_| {
-        // openraft narrates every vote at info: a cluster node logs its own view of that.
-        let default = if matches!(cli.command, Command::Serve(_)) { "info,openraft=warn" } else { "warn" };
-        tracing_subscriber::EnvFilter::new(default)
-    });
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.command.default_log_filter()));
     // Colour codes only for a person at a terminal, never into log files or pipes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -150,6 +172,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(a) => serve::serve(*a).await,
             Command::Run(a) => run::run(a).await,
+            Command::Lock(a) => lock::lock(a).await,
             Command::Elect(a) => elect::elect(a).await,
             Command::Status(a) => status::status(a).await,
             Command::Cluster(a) => cluster::cluster(a).await,
@@ -179,5 +202,33 @@ fn token() -> ExitCode {
             eprintln!("locksmith token: the OS random number generator failed");
             ExitCode::from(exit::SOFTWARE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// `locksmith --help` names every subcommand it offers in its first line too, not only in
+    /// the list below it: the description must not fall behind the commands.
+    #[test]
+    fn top_level_help_names_every_subcommand() {
+        let cli = Cli::command();
+        let about = cli.get_about().map(ToString::to_string).unwrap_or_default();
+        let help = cli.clone().render_help().to_string();
+        for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = sub.get_name();
+            assert!(
+                about.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').any(|w| w == name),
+                "{name} is not in {about:?}"
+            );
+            assert!(help.contains(&format!("\n  {name} ")), "{name} is not listed in:\n{help}");
+        }
+        assert!(
+            !help.contains("run-guardian") && !help.contains("chaos-worker"),
+            "hidden subcommands are listed:\n{help}"
+        );
     }
 }

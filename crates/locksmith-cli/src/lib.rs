@@ -92,7 +92,9 @@ impl Command {
             Command::Run(a) => a.acquire.verbose,
             Command::Lock(a) => a.acquire.verbose,
             Command::Elect(a) => a.acquire.verbose,
-            _ => false,
+            Command::Status(_) => false,
+            // Operators' tools (cluster, bench, chaos, sql) show the libraries' warnings.
+            _ => true,
         };
         if verbose {
             "warn"

@@ -15,7 +15,7 @@ use crate::exit;
   locksmith lock deploy                 # prints the token, holds until Ctrl-C
   locksmith lock deploy -w 30 -v        # wait at most 30 s, saying who holds it meanwhile
 
-The token is printed on stdout (a line) once the lock is held. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+The token is printed on stdout (a line; `-` with --unfenced) once the lock is held. SIGINT, SIGTERM, SIGHUP, SIGQUIT,
 SIGUSR1 or SIGUSR2 releases it and exits 0. Exit codes as for `locksmith run`, and 76 when the
 lock is lost while held (nothing else can be stopped: it is for whoever read the token to stop
 using it).")]

@@ -83,8 +83,8 @@ pub struct RunArgs {
 /// Acquires, runs, releases. Exit codes: as `locksmith run --help` lists them.
 ///
 /// # Cancel safety
-/// Not meant to be cancelled: dropping it mid-run leaves the command running unsupervised; the
-/// lock is freed by the lease.
+/// Not meant to be cancelled: dropping it mid-run SIGKILLs the command's group at once (the
+/// guardian stands down), without the SIGTERM grace; the lock is freed by the lease.
 pub async fn run(args: RunArgs) -> ExitCode {
     let who = if args.campaign.is_some() { "elect" } else { "run" };
     let mut opts = args.hold.options();

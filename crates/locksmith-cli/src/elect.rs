@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::Args;
 use serde_json::json;
 
+use crate::acquire::{AcquireArgs, HoldArgs};
 use crate::exit;
 use crate::run::RunArgs;
 
@@ -20,15 +21,16 @@ use crate::run::RunArgs;
 
 The leader's command runs as under `locksmith run` (its process group is stopped if leadership
 is lost) with LOCKSMITH_TOKEN set to its term: a number greater than every earlier leader's, to
-pass to anything that must reject a deposed leader. Observing needs a backend that can tell of
-changes (the native server and memory://). Exit codes as for `locksmith run`; --observe exits 0
-when interrupted.")]
+pass to anything that must reject a deposed leader. Elections need a backend that keeps a
+proposal and tells of changes (the native server, memory://, etcd, ZooKeeper); on the others
+(Redis, Redlock, SQL) elect exits 2. --timeout/-w and --no-wait/-n bound the wait to be elected (exit
+75, or -E's code). Exit codes as for `locksmith run`; --observe exits 0 when interrupted.")]
 pub struct ElectArgs {
     /// The election.
     pub name: String,
-    /// Backend URL.
-    #[arg(long, env = "LOCKSMITH_BACKEND", default_value = crate::DEFAULT_BACKEND)]
-    pub backend: String,
+    /// How to campaign: backend, lease, how long to wait to be elected, what to say.
+    #[command(flatten)]
+    pub acquire: AcquireArgs,
     /// The proposal observers see while this candidate leads (e.g. its address).
     #[arg(long, default_value = "", conflicts_with = "observe")]
     pub value: String,
@@ -38,17 +40,11 @@ pub struct ElectArgs {
     /// With --observe: one JSON object per line.
     #[arg(long, requires = "observe")]
     pub json: bool,
-    /// Session lease; renewed about every TTL/3 while leading (100ms to 1h).
-    #[arg(long, default_value = "10s", value_parser = crate::ttl_arg)]
-    pub ttl: Duration,
     /// Time between SIGTERM and SIGKILL to the command's process group when leadership is lost.
     #[arg(long, default_value = "5s", value_parser = crate::duration_arg)]
     pub kill_grace: Duration,
-    /// Bound on connecting to the backend (exit 69 when it passes).
-    #[arg(long, default_value = "10s", value_parser = crate::duration_arg)]
-    pub connect_timeout: Duration,
-    /// The command to run while leading, after `--`.
-    #[arg(last = true, num_args = 1.., value_name = "CMD", required_unless_present = "observe")]
+    /// The command to run while leading, after `--` (not with --observe).
+    #[arg(last = true, num_args = 1.., value_name = "CMD", required_unless_present = "observe", conflicts_with = "observe")]
     pub command: Vec<String>,
 }
 
@@ -62,17 +58,10 @@ pub async fn elect(args: ElectArgs) -> ExitCode {
     }
     let run = RunArgs {
         name: args.name,
-        backend: args.backend,
-        ttl: args.ttl,
-        timeout: None,
-        no_wait: false,
-        connect_timeout: args.connect_timeout,
-        quiet: false,
-        unfenced: false,
+        acquire: args.acquire,
+        hold: HoldArgs::default(),
         kill_grace: args.kill_grace,
-        permits: None,
-        shared: false,
-        value: Some(args.value),
+        campaign: Some(args.value),
         command: args.command,
     };
     crate::run::run(run).await
@@ -82,17 +71,17 @@ async fn observe(args: ElectArgs) -> ExitCode {
     if let Err(e) = locksmith::LockName::new(&args.name) {
         return exit::report("elect", &e);
     }
-    let client = match locksmith::connect_with_ttl(&args.backend, args.ttl).await {
+    let client = match locksmith::connect_with_ttl(&args.acquire.backend, args.acquire.ttl).await {
         Ok(c) => c,
         Err(e) => return exit::report("elect", &e),
     };
-    let mut leaders = match tokio::time::timeout(args.connect_timeout, client.observe(&args.name)).await {
+    let mut leaders = match tokio::time::timeout(args.acquire.connect_timeout, client.observe(&args.name)).await {
         Ok(Ok(l)) => l,
         Ok(Err(e)) => return exit::report("elect", &e),
         Err(_) => {
             let e = locksmith::Error::Unavailable {
                 backend: client.backend().describe(),
-                message: format!("no answer within --connect-timeout {:?}", args.connect_timeout),
+                message: format!("no answer within --connect-timeout {:?}", args.acquire.connect_timeout),
             };
             return exit::report("elect", &e);
         }

@@ -1,5 +1,5 @@
-//! The `locksmith` command line: `serve`, `run`, `elect`, `status`, `cluster`, `admin`,
-//! `dashboard`, `bench`, `chaos`, `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
+//! The `locksmith` command line: `serve`, `run`, `lock`, `elect`, `status`, `cluster`, `admin`,
+//! `token`, `dashboard`, `bench`, `chaos`, `sql`. Each command is one module (`bench` is the `locksmith-bench` crate, `chaos` the
 //! `locksmith-chaos` crate); this file only parses arguments and sets up logging and the runtime.
 //!
 //! # Features
@@ -15,12 +15,14 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub mod acquire;
 pub mod admin;
 pub mod cluster;
 #[cfg(feature = "dashboard")]
 pub mod dashboard;
 pub mod elect;
 mod feed;
+pub mod lock;
 pub mod run;
 pub mod serve;
 mod serve_config;
@@ -53,6 +55,8 @@ pub enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Acquire a lock, run a command under it, release it when the command exits.
     Run(run::RunArgs),
+    /// Acquire a lock, print its token, hold it until interrupted (like `etcdctl lock NAME`).
+    Lock(lock::LockArgs),
     /// Campaign in a leader election and run a command while leading, or observe the leader.
     Elect(elect::ElectArgs),
     /// Show holder, token, waiters and TTL left of one lock or of all.
@@ -84,6 +88,28 @@ pub enum Command {
     #[cfg(feature = "chaos")]
     #[command(hide = true)]
     ChaosWorker(chaos::WorkerArgs),
+    /// The guardian of `run`'s command group (started by `run`; refuses to act otherwise).
+    #[command(hide = true)]
+    RunGuardian(run::guardian::GuardianArgs),
+}
+
+impl Command {
+    /// What is logged without `LOCKSMITH_LOG`. A server logs; a client command speaks in its
+    /// own `locksmith X:` lines only, and shows the libraries' warnings with `-v`.
+    fn default_log_filter(&self) -> String {
+        let verbose = match self {
+            // openraft narrates every vote at info and a peer's routine absence at ERROR/WARN: a
+            // cluster node logs its own view of both.
+            Command::Serve(_) => return format!("info,{}", locksmith_server::QUIET_OPENRAFT),
+            Command::Run(a) => a.acquire.verbose,
+            Command::Lock(a) => a.acquire.verbose,
+            Command::Elect(a) => a.acquire.verbose,
+            Command::Status(_) => false,
+            // Operators' tools (cluster, bench, chaos, sql) show the libraries' warnings.
+            _ => true,
+        };
+        if verbose { "warn" } else { "off" }.to_string()
+    }
 }
 
 /// The cargo feature a subcommand this build left out needs; `None` for any other word.
@@ -107,10 +133,11 @@ fn usage_error(e: &clap::Error) -> ExitCode {
     if let (ErrorKind::InvalidSubcommand, Some(feature)) = (e.kind(), first.as_deref().and_then(left_out)) {
         eprintln!("\ntip: this locksmith was built without the `{feature}` feature; build it with: cargo build -p locksmith-cli --features {feature}");
     }
-    let is_run = first.as_deref() == Some("run");
+    let is_run = matches!(first.as_deref(), Some("run" | "elect"));
     let missing_dashes = !std::env::args().any(|a| a == "--");
     if is_run && missing_dashes && matches!(e.kind(), ErrorKind::UnknownArgument | ErrorKind::MissingRequiredArgument) {
-        eprintln!("\ntip: put `--` before the command: locksmith run NAME [OPTIONS] -- CMD [ARGS]...");
+        let sub = first.as_deref().unwrap_or("run");
+        eprintln!("\ntip: put `--` before the command: locksmith {sub} NAME [OPTIONS] -- CMD [ARGS]...");
     }
     ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(exit::USAGE))
 }
@@ -121,6 +148,10 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => return usage_error(&e),
     };
+    // No runtime, no logging: it only waits on a pipe, and must start fast and small.
+    if let Command::RunGuardian(args) = &cli.command {
+        return run::guardian::main(args);
+    }
     if let Command::Serve(args) = &mut cli.command {
         let argv: Vec<_> = std::env::args_os().skip(2).collect();
         match serve_config::with_config_file(&argv) {
@@ -132,11 +163,8 @@ pub fn main() -> ExitCode {
             }
         }
     }
-    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG").unwrap_or_else(|_| {
-        // openraft narrates every vote at info: a cluster node logs its own view of that.
-        let default = if matches!(cli.command, Command::Serve(_)) { "info,openraft=warn" } else { "warn" };
-        tracing_subscriber::EnvFilter::new(default)
-    });
+    let filter = tracing_subscriber::EnvFilter::try_from_env("LOCKSMITH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(cli.command.default_log_filter()));
     // Colour codes only for a person at a terminal, never into log files or pipes.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let logs = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
@@ -155,6 +183,7 @@ pub fn main() -> ExitCode {
         match cli.command {
             Command::Serve(a) => serve::serve(*a).await,
             Command::Run(a) => run::run(a).await,
+            Command::Lock(a) => lock::lock(a).await,
             Command::Elect(a) => elect::elect(a).await,
             Command::Status(a) => status::status(a).await,
             Command::Cluster(a) => cluster::cluster(a).await,
@@ -170,6 +199,7 @@ pub fn main() -> ExitCode {
             Command::Chaos(a) => chaos::chaos(a).await,
             #[cfg(feature = "chaos")]
             Command::ChaosWorker(a) => chaos::chaos_worker(a).await,
+            Command::RunGuardian(a) => run::guardian::main(&a),
         }
     })
 }
@@ -186,5 +216,33 @@ fn token() -> ExitCode {
             eprintln!("locksmith token: the OS random number generator failed");
             ExitCode::from(exit::SOFTWARE)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// `locksmith --help` names every subcommand it offers in its first line too, not only in
+    /// the list below it: the description must not fall behind the commands.
+    #[test]
+    fn top_level_help_names_every_subcommand() {
+        let cli = Cli::command();
+        let about = cli.get_about().map(ToString::to_string).unwrap_or_default();
+        let help = cli.clone().render_help().to_string();
+        for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
+            let name = sub.get_name();
+            assert!(
+                about.split(|c: char| !c.is_ascii_alphanumeric() && c != '-').any(|w| w == name),
+                "{name} is not in {about:?}"
+            );
+            assert!(help.contains(&format!("\n  {name} ")), "{name} is not listed in:\n{help}");
+        }
+        assert!(
+            !help.contains("run-guardian") && !help.contains("chaos-worker"),
+            "hidden subcommands are listed:\n{help}"
+        );
     }
 }

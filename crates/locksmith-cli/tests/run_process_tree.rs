@@ -12,19 +12,11 @@ use locksmith_testkit::{spawn, ChildProcess, NativeServer};
 use nix::sys::signal::{kill, killpg, Signal};
 use nix::unistd::Pid;
 
+#[path = "support/groups.rs"]
+mod groups;
+use groups::{group_of, proc_stat, running, wait_for_file, wait_for_members, GroupGuard};
+
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
-
-/// Kills a process group (SIGKILL) on drop, so a failing test leaves nothing running.
-struct GroupGuard(Vec<i32>);
-
-impl Drop for GroupGuard {
-    fn drop(&mut self) {
-        for &g in &self.0 {
-            let _ = killpg(Pid::from_raw(g), Signal::SIGCONT);
-            let _ = killpg(Pid::from_raw(g), Signal::SIGKILL);
-        }
-    }
-}
 
 /// `locksmith run` as a job of its own (its own process group, as a shell starts a job).
 fn run_job(server: &NativeServer, args: &[&str], dir: &Path) -> ChildProcess {
@@ -32,46 +24,6 @@ fn run_job(server: &NativeServer, args: &[&str], dir: &Path) -> ChildProcess {
     cmd.arg("run").args(args).env("LOCKSMITH_BACKEND", server.url()).current_dir(dir).process_group(0);
     cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped());
     spawn("locksmith run", &mut cmd)
-}
-
-/// `(state, pgrp)` of a process from `/proc`, `None` once it is gone.
-fn proc_stat(pid: i32) -> Option<(char, i32)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = &stat[stat.rfind(')')? + 1..];
-    let mut f = after.split_ascii_whitespace();
-    let state = f.next()?.chars().next()?;
-    let _ppid = f.next()?;
-    Some((state, f.next()?.parse().ok()?))
-}
-
-/// Whether `pid` runs (a zombie waiting to be reaped does not).
-fn running(pid: i32) -> bool {
-    proc_stat(pid).is_some_and(|(s, _)| s != 'Z' && s != 'X')
-}
-
-/// Every running process of group `pgrp`.
-fn group_members(pgrp: i32) -> Vec<i32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
-        if proc_stat(pid).is_some_and(|(s, g)| g == pgrp && s != 'Z' && s != 'X') {
-            out.push(pid);
-        }
-    }
-    out
-}
-
-fn wait_for_file(path: &Path, timeout: Duration) -> String {
-    let until = Instant::now() + timeout;
-    loop {
-        if let Ok(s) = std::fs::read_to_string(path) {
-            if s.ends_with('\n') {
-                return s;
-            }
-        }
-        assert!(Instant::now() < until, "{} never appeared", path.display());
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn stderr_of(p: &mut ChildProcess) -> String {
@@ -96,15 +48,11 @@ fn a_lost_lock_ends_every_process_of_the_command() {
     let (_d, dir) = temp();
     let script = "sleep 60 & yes | head -c 100000000000 > /dev/null & echo $$ > leader; wait";
     let mut job = run_job(&server, &["tree", "--ttl", "1s", "--kill-grace", "1s", "--", "sh", "-c", script], &dir);
-    let leader: i32 = wait_for_file(&dir.join("leader"), Duration::from_secs(10)).trim().parse().unwrap();
-    let _cleanup = GroupGuard(vec![leader]);
-    let until = Instant::now() + Duration::from_secs(5);
-    let mut members = group_members(leader);
-    while members.len() < 4 && Instant::now() < until {
-        std::thread::sleep(Duration::from_millis(20));
-        members = group_members(leader);
-    }
-    assert!(members.len() >= 4, "sh, sleep, yes and head should run in the command's group: {members:?}");
+    let shell: i32 = wait_for_file(&dir.join("leader"), Duration::from_secs(10)).trim().parse().unwrap();
+    let group = group_of(shell);
+    let _cleanup = GroupGuard(vec![group]);
+    // sh, sleep, yes, head, and the guardian leading the group.
+    let members = wait_for_members(group, 5, Duration::from_secs(5));
     assert!(!members.contains(&job.pid()), "locksmith run must not be in its command's process group");
 
     job.signal(Signal::SIGSTOP);

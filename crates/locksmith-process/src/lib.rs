@@ -7,7 +7,12 @@
 //! (`locksmith-testkit`: real servers, `locksmith run` processes) both use it. It lives in a
 //! crate of its own because the harness ships inside the `locksmith` binary and must not depend
 //! on the test helpers (they panic by design and pull in the conformance suite).
+//!
+//! [`guardian`]: a process group that dies with its runner (`locksmith run`'s command, when
+//! `locksmith run` is killed with SIGKILL).
 #![warn(missing_docs, missing_debug_implementations, rust_2018_idioms, unreachable_pub)]
+
+pub mod guardian;
 
 use std::io;
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command, ExitStatus};

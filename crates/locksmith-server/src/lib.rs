@@ -54,11 +54,11 @@ pub use connection::serve_stream;
 pub use error::ServerError;
 /// The cluster secret and node proofs (from `locksmith-proto`).
 pub use locksmith_proto::node_proof;
+/// `tracing` filter directives that keep openraft's routine noise out of a node's log (see
+/// [`locksmith_raft::QUIET_OPENRAFT`]): add them to the default filter of `locksmith serve`.
+pub use locksmith_raft::QUIET_OPENRAFT;
 pub use machine::Durability;
 pub use net_limits::NetLimits;
 pub use outbox::{Outbox, OutboxStream, StreamEnd};
 pub use serve::{serve, ServeOptions, ServerTls};
 pub use service::{Service, Serving};
-/// `tracing` filter directives that keep openraft's routine noise out of a node's log (see
-/// [`locksmith_raft::QUIET_OPENRAFT`]): add them to the default filter of `locksmith serve`.
-pub use locksmith_raft::QUIET_OPENRAFT;

@@ -83,6 +83,14 @@ fn unix_ms() -> u128 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0)
 }
 
+/// The instant (Unix ms) in `locksmith run`'s loss line: `… held safely until 2026-11-27
+/// 16:02:51.123 UTC, 0.4 s ago …`.
+fn safe_until_ms(stderr: &str) -> Option<u128> {
+    let date = stderr.split("held safely until ").nth(1)?.split(" UTC").next()?;
+    let t = humantime::parse_rfc3339(&format!("{}Z", date.replacen(' ', "T", 1))).ok()?;
+    t.duration_since(UNIX_EPOCH).ok().map(|d| d.as_millis())
+}
+
 fn kill_pid(pid: i32) {
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), Signal::SIGKILL);
 }
@@ -143,14 +151,10 @@ pub async fn holder_paused_past_ttl_knows_it_lost_before_the_next_grant(t: &CliT
     holder.signal(Signal::SIGCONT);
     let status = holder.wait(Duration::from_secs(5));
     kill_pid(child_pid);
-    let stderr = holder.stderr_with("unix_ms=", Duration::from_secs(5));
+    let stderr = holder.stderr_with("held safely until ", Duration::from_secs(5));
     assert_eq!(status.code(), Some(76), "a holder that lost its lock must exit 76; stderr: {stderr}");
-    let safe_until: u128 = stderr
-        .split("unix_ms=")
-        .nth(1)
-        .and_then(|s| s.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no unix_ms= in stderr: {stderr}"));
+    let safe_until =
+        safe_until_ms(&stderr).unwrap_or_else(|| panic!("no \"held safely until DATE UTC\" in stderr: {stderr}"));
     assert!(safe_until <= granted_ms, "holder trusted its hold until {safe_until}, next grant seen at {granted_ms}");
     assert!(!alive(child_pid), "the command of a holder that lost its lock is still running");
     let _ = g.unlock().await;

@@ -5,10 +5,15 @@
 //! pipeline, or a script's own children keep running without the lock). Every process the
 //! command starts stays in its group unless it moves itself out (`setsid`, daemons); those are
 //! beyond reach, as with every runner that does not use cgroups.
+//!
+//! The group is the guardian's (`super::guardian`): it leads the group, ignores the signals
+//! meant for the command, and SIGKILLs the group should `locksmith run` die. It does not count
+//! as a process of the command.
 
 use std::process::ExitStatus;
 use std::time::Duration;
 
+use locksmith_process::guardian::Guardian;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 use tokio::process::{Child, Command};
@@ -26,13 +31,16 @@ pub(crate) struct Tree {
     group: Pid,
     status: Option<ExitStatus>,
     terminal: Option<Terminal>,
+    /// Dropped last (fields drop in order): ends whatever is left in the group.
+    guardian: Guardian,
 }
 
 impl Tree {
-    /// Starts `command` as the leader of a new process group, with the terminal's foreground
-    /// when `terminal` is given.
-    pub(crate) fn spawn(mut command: Command, terminal: Option<Terminal>) -> std::io::Result<Self> {
-        command.process_group(0).kill_on_drop(false);
+    /// Starts `command` in `guardian`'s process group, with the terminal's foreground when
+    /// `terminal` is given. If it cannot start, the guardian is stood down.
+    pub(crate) fn spawn(mut command: Command, terminal: Option<Terminal>, guardian: Guardian) -> std::io::Result<Self> {
+        guardian.join(command.as_std_mut());
+        command.kill_on_drop(false);
         if let Some(t) = terminal {
             // SAFETY: the closure runs in the child between fork and exec and only makes
             // async-signal-safe calls (pthread_sigmask, getpgrp, tcsetpgrp); it allocates nothing.
@@ -41,15 +49,12 @@ impl Tree {
             }
         }
         let child = command.spawn()?;
-        let group = child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw);
-        let Some(group) = group else {
-            return Err(std::io::Error::other("the command exited before its process id was read"));
-        };
+        let group = Pid::from_raw(guardian.pid());
         if let Some(t) = terminal {
             // Also from the parent, as shells do: whichever of the two runs first wins the race.
             t.give_to(group);
         }
-        Ok(Self { child, group, status: None, terminal })
+        Ok(Self { child, group, status: None, terminal, guardian })
     }
 
     /// Waits for the command itself (not its children) to exit.
@@ -66,14 +71,22 @@ impl Tree {
         Ok(s)
     }
 
-    /// Sends `sig` to every process of the group.
+    /// Sends `sig` to every process of the group (the guardian ignores what the command may
+    /// be sent, and dies of SIGKILL with the rest).
     pub(crate) fn signal(&self, sig: Signal) {
         let _ = killpg(self.group, sig);
     }
 
-    /// Whether any process of the group is still running (zombies do not count).
+    /// Whether any process of the command is still running in the group (zombies and the
+    /// guardian do not count).
     pub(crate) fn running(&self) -> bool {
-        group_running(self.group)
+        group_running(self.group, Pid::from_raw(self.guardian.pid()))
+    }
+
+    /// Stands the guardian down once the command and its group are done (SIGKILL to anything
+    /// that joined the group meanwhile) and hands the terminal back.
+    pub(crate) fn finish(self) {
+        drop(self);
     }
 
     /// Ends the whole group: SIGTERM, then SIGKILL to whatever still runs after `grace`.
@@ -119,23 +132,28 @@ impl Drop for Tree {
     }
 }
 
-/// Whether a process of group `group` runs: on Linux by reading `/proc` (zombies, which run
-/// nothing and wait only to be reaped, do not count); elsewhere by signal 0 to the group.
-fn group_running(group: Pid) -> bool {
+/// Whether a process of group `group` other than `except` runs: on Linux by reading `/proc`
+/// (zombies, which run nothing and wait only to be reaped, do not count); elsewhere by signal 0
+/// to the group, which cannot leave `except` out (so only SIGKILL ends the wait there).
+fn group_running(group: Pid, except: Pid) -> bool {
     #[cfg(target_os = "linux")]
-    if let Some(running) = proc_group_running(group) {
+    if let Some(running) = proc_group_running(group, except) {
         return running;
     }
+    let _ = except;
     killpg(group, None).is_ok()
 }
 
 /// `None` when `/proc` cannot be read.
 #[cfg(target_os = "linux")]
-fn proc_group_running(group: Pid) -> Option<bool> {
+fn proc_group_running(group: Pid, except: Pid) -> Option<bool> {
     let entries = std::fs::read_dir("/proc").ok()?;
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(pid) = name.to_str().filter(|n| n.bytes().all(|b| b.is_ascii_digit())) else { continue };
+        if pid.parse() == Ok(except.as_raw()) {
+            continue;
+        }
         // Gone between listing and reading: not running.
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
         if let Some((state, pgrp)) = state_and_group(&stat) {
@@ -172,6 +190,6 @@ mod tests {
 
     #[test]
     fn this_process_group_runs() {
-        assert!(group_running(nix::unistd::getpgrp()));
+        assert!(group_running(nix::unistd::getpgrp(), Pid::from_raw(0)));
     }
 }

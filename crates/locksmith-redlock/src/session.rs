@@ -32,7 +32,7 @@ pub(crate) struct RedlockSession {
 impl RedlockSession {
     pub(crate) fn new(cluster: Arc<Cluster>, ttl: Duration) -> Self {
         Self {
-            id: format!("{:016x}", rand::random::<u64>()),
+            id: format!("{:016x}", locksmith_core::driver::identity::random_u64()),
             cluster,
             ttl,
             timeouts: Timeouts::for_ttl(ttl),

@@ -3,7 +3,7 @@
 /// `session:nonce:owner`: the 128-bit random nonce makes the value unique per hold (the
 /// Redlock requirement); session and owner only make `status` readable.
 pub(crate) fn new_value(session: &str, owner: &str) -> String {
-    format!("{session}:{:032x}:{owner}", rand::random::<u128>())
+    format!("{session}:{:032x}:{owner}", locksmith_core::driver::identity::random_u128())
 }
 
 /// `(session, owner)` of a value written by [`new_value`]; a value written by another tool

@@ -98,18 +98,23 @@ where
     let (target, loop_ref) = (future.clone().unbind(), event_loop.unbind());
     let task = runtime()?.spawn(async move {
         let out = fut.await;
-        Python::attach(|py| {
-            let (ok, value) = match out.map_err(|e| to_py(py, e)).and_then(|v| v.into_py_any(py)) {
-                Ok(v) => (true, v),
-                Err(e) => (false, e.into_value(py).into_any()),
-            };
-            let deliver = match py.import("locksmith._native").and_then(|m| m.getattr("_deliver")) {
-                Ok(f) => f,
-                Err(e) => return e.write_unraisable(py, None),
-            };
-            // A closed loop cannot take the answer; dropping the value releases a guard.
-            let _ = loop_ref.bind(py).call_method1("call_soon_threadsafe", (deliver, target, ok, value));
-        });
+        // Waiting for the GIL is blocking: never on a runtime worker, whose other tasks (the
+        // sessions' renewals) must go on while the event loop's thread runs Python code.
+        let deliver = move || {
+            Python::attach(|py| {
+                let (ok, value) = match out.map_err(|e| to_py(py, e)).and_then(|v| v.into_py_any(py)) {
+                    Ok(v) => (true, v),
+                    Err(e) => (false, e.into_value(py).into_any()),
+                };
+                let deliver = match py.import("locksmith._native").and_then(|m| m.getattr("_deliver")) {
+                    Ok(f) => f,
+                    Err(e) => return e.write_unraisable(py, None),
+                };
+                // A closed loop cannot take the answer; dropping the value releases a guard.
+                let _ = loop_ref.bind(py).call_method1("call_soon_threadsafe", (deliver, target, ok, value));
+            })
+        };
+        let _ = tokio::task::spawn_blocking(deliver).await;
     });
     future.call_method1("add_done_callback", (AbortOnCancel { task: task.abort_handle() },))?;
     Ok(future)

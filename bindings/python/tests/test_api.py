@@ -154,3 +154,15 @@ def test_status_of_a_lock_nobody_used_is_free(client, name):
     s = client.status(name)
     assert s.name == name and s.holder is None and s.holders == [] and s.last_token == 0
     assert isinstance(client.status(), list)
+
+
+def test_a_guard_dropped_without_unlock_is_released(client, name):
+    import gc
+
+    client.lock(name)  # never kept
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while client.status(name).holder is not None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert client.status(name).holder is None
+    assert client.try_lock(name).unlock()

@@ -98,7 +98,7 @@ impl<H: Hold> Holding<H> {
         });
         Ok(Self {
             live: ProcessBound::new(Live { hold: Mutex::new(Some(hold)), watcher: Mutex::new(Some(watcher)) }),
-            lost: Py::new(py, LostEvent { flag: tx })?,
+            lost: Py::new(py, LostEvent { flag: tx, pid: std::process::id() })?,
             callbacks,
         })
     }
@@ -216,6 +216,24 @@ fn call(py: Python<'_>, callback: &Py<PyAny>) {
 #[pyclass(frozen, module = "locksmith")]
 pub(crate) struct LostEvent {
     flag: Arc<watch::Sender<bool>>,
+    /// Set by a task of the process that made it: a forked child would wait forever.
+    pid: u32,
+}
+
+impl LostEvent {
+    fn subscribe(&self, py: Python<'_>) -> PyResult<watch::Receiver<bool>> {
+        if self.pid != std::process::id() {
+            return Err(crate::errors::raise(
+                py,
+                "ForkError",
+                format!(
+                    "this lost event belongs to a hold of process {}; it cannot be waited on after fork()",
+                    self.pid
+                ),
+            ));
+        }
+        Ok(self.flag.subscribe())
+    }
 }
 
 #[pymethods]
@@ -230,7 +248,7 @@ impl LostEvent {
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
         let limit = timeout.map(|t| crate::options::seconds(py, "timeout", t)).transpose()?;
-        let mut rx = self.flag.subscribe();
+        let mut rx = self.subscribe(py)?;
         block_on(py, async move {
             let set = rx.wait_for(|lost| *lost);
             Ok(match limit {
@@ -242,7 +260,7 @@ impl LostEvent {
 
     /// Awaitable: resolves when the event is set (asyncio).
     fn wait_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let mut rx = self.flag.subscribe();
+        let mut rx = self.subscribe(py)?;
         awaitable(py, async move {
             let _ = rx.wait_for(|lost| *lost).await;
             Ok(true)

@@ -29,7 +29,8 @@ def test_an_inherited_client_or_guard_raises_fork_error_and_never_releases(share
     parent_session = guard.session_id
 
     def child():
-        for use in (lambda: client.try_lock(name), guard.unlock, guard.is_held, lambda: client.status(name)):
+        uses = (lambda: client.try_lock(name), guard.unlock, guard.is_held, lambda: client.status(name), guard.lost.wait)
+        for use in uses:
             with pytest.raises(locksmith.ForkError):
                 use()
         mine = locksmith.connect(shared_url, ttl=5.0)

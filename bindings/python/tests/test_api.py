@@ -138,16 +138,21 @@ def test_waiting_releases_the_gil(client, name):
     held.unlock()
 
 
-def test_ctrl_c_while_waiting_raises_keyboard_interrupt_and_leaves_no_waiter(client, name):
-    held = client.lock(name)
+def test_ctrl_c_while_waiting_raises_keyboard_interrupt_and_leaves_no_waiter(waiter_url, name):
+    client = locksmith.connect(waiter_url, ttl=2.0)
+    held = client.lock(name, timeout=10)
     threading.Timer(0.3, lambda: os.kill(os.getpid(), signal.SIGINT)).start()
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
         client.lock(name)
     assert time.monotonic() - started < 3
+    deadline = time.monotonic() + 5
+    while client.status(name).waiters != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert client.status(name).waiters == 0
     held.unlock()
     assert client.try_lock(name).unlock(), "nothing of the interrupted attempt holds the lock"
+    client.close()
 
 
 def test_status_of_a_lock_nobody_used_is_free(client, name):

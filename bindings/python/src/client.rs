@@ -220,6 +220,12 @@ impl Client {
         Ok(Observer::new(block_on(py, async move { client.observe(&name).await })?))
     }
 
+    /// `observe()` for asyncio: an awaitable of the `Observer`.
+    fn observe_async<'py>(&self, py: Python<'py>, name: String) -> PyResult<Bound<'py, PyAny>> {
+        let client = self.client(py)?;
+        awaitable(py, async move { client.observe(&name).await.map(Observer::new) })
+    }
+
     /// The leader of election `name` now, or None.
     fn leader(&self, py: Python<'_>, name: String) -> PyResult<Option<Leader>> {
         let client = self.client(py)?;

@@ -111,3 +111,16 @@ def test_works_on_a_fresh_loop_each_time(name):
                 pass
 
         asyncio.run(once())
+
+
+def test_campaign_and_observe(name):
+    async def main():
+        client = locksmith.aio.connect(f"memory://aio-elect-{os.getpid()}", ttl=2.0)
+        leaders = client.observe(name)
+        assert await leaders.__anext__() is None
+        async with client.campaign(name, "me", timeout=5) as term:
+            seen = await leaders.__anext__()
+            assert seen.value == "me" and seen.term == term.token
+        await client.close()
+
+    run(main())

@@ -86,7 +86,7 @@ class Client:
 
     async def observe(self, name: str) -> AsyncIterator[Optional[Leader]]:
         """Yields the leader of election ``name`` now and after every change (None: nobody)."""
-        observer = self._native.observe(name)
+        observer = await self._native.observe_async(name)
         while True:
             ended, leader = await observer.next_async()
             if ended:

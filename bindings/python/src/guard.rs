@@ -135,6 +135,11 @@ impl Guard {
         self.holding.exit(py, "Guard", &self.name, exc_type.is_some())
     }
 
+    /// `__exit__` for `async with` (used by `locksmith.aio`): an awaitable.
+    fn _aexit<'py>(&self, py: Python<'py>, raised: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.holding.exit_async(py, "Guard", &self.name, raised)
+    }
+
     fn __repr__(&self, py: Python<'_>) -> String {
         let held = self.holding.is_held(py, "Guard").unwrap_or(false);
         format!(
@@ -159,6 +164,10 @@ pub(crate) struct MultiGuard {
 }
 
 impl MultiGuard {
+    fn joined_names(&self) -> String {
+        self.tokens.keys().cloned().collect::<Vec<_>>().join(", ")
+    }
+
     pub(crate) fn new(py: Python<'_>, g: locksmith::MultiGuard) -> PyResult<Self> {
         let tokens = g.tokens().into_iter().map(|(n, t)| (n.to_string(), t)).collect();
         Ok(Self { tokens, holding: Holding::new(py, g)? })
@@ -222,8 +231,12 @@ impl MultiGuard {
         _exc: Option<Bound<'_, PyAny>>,
         _tb: Option<Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let names = self.tokens.keys().cloned().collect::<Vec<_>>().join(", ");
-        self.holding.exit(py, "MultiGuard", &names, exc_type.is_some())
+        self.holding.exit(py, "MultiGuard", &self.joined_names(), exc_type.is_some())
+    }
+
+    /// `__exit__` for `async with` (used by `locksmith.aio`): an awaitable.
+    fn _aexit<'py>(&self, py: Python<'py>, raised: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.holding.exit_async(py, "MultiGuard", &self.joined_names(), raised)
     }
 
     fn __repr__(&self) -> String {

@@ -174,17 +174,43 @@ impl<H: Hold> Holding<H> {
     }
 
     /// Context-manager exit: release; a hold lost while the block ran raises `LockLost` (unless
-    /// the block raised already).
+    /// the block raised already, or released the hold itself).
     pub(crate) fn exit(&self, py: Python<'_>, what: &str, name: &str, raised: bool) -> PyResult<bool> {
-        let ours = self.unlock(py, what)?;
-        if !ours && !raised {
-            return Err(crate::errors::raise(
-                py,
-                "LockLost",
-                format!("lock {name} was lost while the block ran: another holder may have overlapped it"),
-            ));
+        match self.release(py, what)? {
+            Some(release) => block_on(py, checked(release, name.to_string(), raised)),
+            None => Ok(false),
         }
-        Ok(false)
+    }
+
+    /// `exit` for `async with`: an awaitable of False (or `LockLost`).
+    pub(crate) fn exit_async<'py>(
+        &self,
+        py: Python<'py>,
+        what: &str,
+        name: &str,
+        raised: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let release = self.release(py, what)?;
+        let name = name.to_string();
+        awaitable(py, async move {
+            match release {
+                Some(r) => checked(r, name, raised).await,
+                None => Ok(false),
+            }
+        })
+    }
+}
+
+/// A block's release: `Lost` when the hold was no longer ours and the block raised nothing.
+async fn checked(
+    release: impl Future<Output = locksmith::Result<bool>>,
+    name: String,
+    raised: bool,
+) -> locksmith::Result<bool> {
+    match release.await? {
+        // "lock NAME was lost": another holder may have overlapped the block.
+        false if !raised => Err(locksmith::Error::Lost(name)),
+        _ => Ok(false),
     }
 }
 

@@ -29,6 +29,11 @@ def test_async_with_holds_and_releases(name):
         async with client.lock_all([f"{name}/a", f"{name}/b"], timeout=5) as both:
             assert len(both.tokens) == 2
         assert (await client.status(name)).holder is None
+        async with client.lock(name) as guard:
+            assert await guard.unlock_async(), "a hold the block released itself is no loss"
+        with pytest.raises(locksmith.LockLost):
+            async with client.lock(name):
+                await client.close()
         await client.close()
 
     run(main())

@@ -60,6 +60,9 @@ def test_a_lost_hold_raises_lock_lost_when_the_block_ends(client, name):
             client.close()  # the session ends: every hold is lost
             assert guard.lost.wait(5)
             assert not guard.is_held()
+    # A hold the block released itself is no loss.
+    with client.lock(name) as guard:
+        assert guard.unlock()
     # An exception of the block itself wins over LockLost.
     with pytest.raises(KeyError):
         with client.lock(name):

@@ -19,7 +19,6 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Generator, Generic, 
 
 from . import _native
 from ._native import Guard, Leader, LockStatus, MultiGuard
-from .errors import LockLost
 
 __all__ = ["Client", "connect", "Acquisition"]
 
@@ -45,10 +44,7 @@ class Acquisition(Generic[G]):
         guard, self._guard = self._guard, None
         if guard is None:
             return False
-        ours = await guard.unlock_async()
-        if not ours and exc_type is None:
-            raise LockLost("the lock was lost while the block ran: another holder may have overlapped it")
-        return False
+        return await guard._aexit(exc_type is not None)
 
 
 class Client:

@@ -57,7 +57,7 @@ fn client_id() -> String {
     let host: String =
         host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')).take(64).collect();
     let host = if host.is_empty() { "host".to_string() } else { host };
-    format!("{host}/{}/{:08x}", std::process::id(), rand::random::<u32>())
+    format!("{host}/{}/{:08x}", std::process::id(), crate::driver::identity::random_u32())
 }
 
 /// A handle to one backend with one session (lease), cheap to clone.

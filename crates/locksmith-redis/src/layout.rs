@@ -201,7 +201,7 @@ impl Layout {
     /// `generateId`), here in hex (Redis stores the bytes: see [`Layout::member`]).
     pub(crate) fn ident(&self, kind: Kind, session_id: &str, owner: &str) -> String {
         match kind {
-            Kind::Plain | Kind::Permit(_) => format!("{:032x}", rand::random::<u128>()),
+            Kind::Plain | Kind::Permit(_) => format!("{:032x}", locksmith_core::driver::identity::random_u128()),
             Kind::Reentrant | Kind::Read => format!("{session_id}:{owner}"),
             Kind::Write => format!("{session_id}:{owner}:write"),
         }
@@ -286,13 +286,7 @@ fn glob_escape(s: &str) -> String {
 }
 
 /// A random version-4 UUID in its text form, as Redisson uses for a client id.
-pub(crate) fn random_uuid() -> String {
-    let mut v = rand::random::<u128>();
-    v = (v & !(0xf << 76)) | (0x4 << 76); // version 4
-    v = (v & !(0x3 << 62)) | (0x2 << 62); // RFC 4122 variant
-    let h = format!("{v:032x}");
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
-}
+pub(crate) use locksmith_core::driver::identity::random_uuid;
 
 #[cfg(test)]
 mod tests {

@@ -249,7 +249,7 @@ impl Session for RedisSession {
             if kind.queued() && own.is_none() {
                 // First busy attempt: subscribe first, so that no wake-up is missed, then join the
                 // queue with the next attempt (not a wake-up: nothing woke us).
-                let id = format!("{:016x}", rand::random::<u64>());
+                let id = format!("{:016x}", locksmith_core::driver::identity::random_u64());
                 let channel = self.shared.layout.queue(&key).wake_channel(&id);
                 own = Some(self.shared.router.register(&channel).await);
                 let _ = entry.waiter.set(id);

@@ -60,7 +60,7 @@ pub(crate) struct ScopedSession {
 
 impl ScopedSession {
     pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
-        let id = format!("{:016x}", rand::random::<u64>());
+        let id = format!("{:016x}", locksmith_core::driver::identity::random_u64());
         Self { db, id, ttl, holds: HoldTable::default(), closed: AtomicBool::new(false) }
     }
 

@@ -84,13 +84,13 @@ fn withdraw_on_drop(db: Arc<Db>, name: String, owner: String) -> CancelGuard<Row
 impl SqlSession {
     pub(crate) fn new(db: Arc<Db>, ttl: Duration) -> Self {
         let ttl_ms = i64::try_from(millis(ttl)).unwrap_or(i64::MAX);
-        let id = format!("{:016x}", rand::random::<u64>());
+        let id = format!("{:016x}", locksmith_core::driver::identity::random_u64());
         Self { db, id, ttl_ms, holds: HoldTable::default(), closed: AtomicBool::new(false) }
     }
 
     /// The owner column of one attempt: `<session>:<nonce>:<owner>`.
     fn column(&self, owner: &str) -> String {
-        format!("{}:{:08x}:{owner}", self.id, rand::random::<u32>())
+        format!("{}:{:08x}:{owner}", self.id, locksmith_core::driver::identity::random_u32())
     }
 }
 

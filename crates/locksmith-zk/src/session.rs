@@ -52,11 +52,7 @@ impl ZkSession {
     }
 }
 
-fn uuid() -> String {
-    let b: [u8; 16] = rand::random();
-    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
-    format!("{}-{}-{}-{}-{}", &h[0..8], &h[8..12], &h[12..16], &h[16..20], &h[20..32])
-}
+use locksmith_core::driver::identity::random_uuid as uuid;
 
 /// Curator's protected name before the sequence: `_c_<uuid>-<recipe name>`. The uuid finds the
 /// node again after a connection loss during its create, as Curator's `withProtection` does.

@@ -10,7 +10,7 @@
 /// assert_ne!(id, locksmith_core::driver::new_session_id());
 /// ```
 pub fn new_session_id() -> String {
-    format!("{:016x}", rand::random::<u64>())
+    format!("{:016x}", super::identity::random_u64())
 }
 
 /// `session:nonce:owner`, with a 128-bit random nonce: unique per hold, so an owner-checked
@@ -23,7 +23,7 @@ pub fn new_session_id() -> String {
 /// assert_eq!(parse_hold_value(&v), ("s1".to_string(), "worker:1".to_string()));
 /// ```
 pub fn new_hold_value(session: &str, owner: &str) -> String {
-    format!("{session}:{:032x}:{owner}", rand::random::<u128>())
+    format!("{session}:{:032x}:{owner}", super::identity::random_u128())
 }
 
 /// `(session, owner)` of a value written by [`new_hold_value`]; a value written by another tool

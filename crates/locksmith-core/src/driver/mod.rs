@@ -10,6 +10,7 @@
 //! - [`url`]: [`BackendUrl`] and the scheme table [`SCHEMES`]; [`redact`] for text that may
 //!   hold a password.
 //! - [`tls`]: [`TlsFiles`], the `?ca=&cert=&key=` options every non-SQL driver reads.
+//! - [`identity`]: session ids, lock values and owner ids from the OS (safe across `fork()`).
 //! - [`timing`]: the waiters' [`Backoff`], the clock-drift margin [`drift`], [`millis`].
 //!
 //! A new driver is its protocol (scripts, queries, node layouts) plus these parts; the engine
@@ -18,6 +19,7 @@
 pub mod cancel;
 pub mod hold_value;
 pub mod holds;
+pub mod identity;
 pub mod timing;
 pub mod tls;
 #[cfg(feature = "rustls")]

@@ -448,7 +448,7 @@ async fn a_node_whose_raft_core_stops_exits() {
 async fn over_mutual_tls_a_client_certificate_is_no_node() {
     let certs = TestCerts::generate();
     let path = |p: std::path::PathBuf| p.display().to_string();
-    let (cert, key, ca) = (path(certs.server_cert()), path(certs.server_key()), path(certs.ca()));
+    let (cert, key, ca) = (path(certs.node_cert()), path(certs.node_key()), path(certs.ca()));
     let query = format!("tls=true&ca={ca}&cert={}&key={}", path(certs.client_cert()), path(certs.client_key()));
     let args = ["--tls-cert", cert.as_str(), "--tls-key", key.as_str(), "--client-ca", ca.as_str()];
     let c = NativeCluster::start_with(BIN.as_ref(), 3, &args, Some(&query));

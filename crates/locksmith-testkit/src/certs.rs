@@ -15,7 +15,7 @@ pub struct TestCerts {
 }
 
 impl TestCerts {
-    /// Generates the CA, the server and client certificates, and an unrelated CA.
+    /// Generates the CA, the server, node and client certificates, and an unrelated CA.
     ///
     /// # Panics
     /// When generating or writing fails (a test helper).
@@ -23,8 +23,12 @@ impl TestCerts {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir for certificates: {e}"));
         let (ca, ca_key) = authority("locksmith test CA");
         let (other, _) = authority("an unrelated CA");
-        let node = [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        let server = leaf("localhost", &["localhost", "127.0.0.1"], &node, &ca, &ca_key);
+        // The server certificate serves only (tests rely on a server refusing it as a client's);
+        // a cluster node's serves and also calls its peers over mutual TLS.
+        let server =
+            leaf("localhost", &["localhost", "127.0.0.1"], &[ExtendedKeyUsagePurpose::ServerAuth], &ca, &ca_key);
+        let both = [ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        let node = leaf("localhost", &["localhost", "127.0.0.1"], &both, &ca, &ca_key);
         let client = leaf("locksmith-test-client", &[], &[ExtendedKeyUsagePurpose::ClientAuth], &ca, &ca_key);
         let write = |name: &str, pem: &str| {
             std::fs::write(dir.path().join(name), pem).unwrap_or_else(|e| panic!("writing {name}: {e}"));
@@ -34,6 +38,8 @@ impl TestCerts {
         write("other-ca.pem", &other.pem());
         write("server.pem", &server.0);
         write("server.key", &server.1);
+        write("node.pem", &node.0);
+        write("node.key", &node.1);
         write("client.pem", &client.0);
         write("client.key", &client.1);
         let digest = ring::digest::digest(&ring::digest::SHA256, &client.2);
@@ -64,6 +70,17 @@ impl TestCerts {
     /// The server certificate's private key.
     pub fn server_key(&self) -> PathBuf {
         self.dir.path().join("server.key")
+    }
+
+    /// A cluster node's certificate (SANs `localhost`, `127.0.0.1`): server and client usage,
+    /// for a node that serves and calls its peers over mutual TLS.
+    pub fn node_cert(&self) -> PathBuf {
+        self.dir.path().join("node.pem")
+    }
+
+    /// The node certificate's private key.
+    pub fn node_key(&self) -> PathBuf {
+        self.dir.path().join("node.key")
     }
 
     /// A client certificate signed by [`TestCerts::ca`] (mutual TLS).

@@ -50,27 +50,37 @@ class Servers:
             return self._urls[kind]
 
     def _start(self, kind: str) -> str:
-        _require(SERVERS_BIN, "cargo build -p locksmith-testkit --bin locksmith-test-servers")
-        args = [str(SERVERS_BIN), kind]
-        if kind == "native":
-            _require(LOCKSMITH_BIN, "cargo build -p locksmith-cli")
-            args.append(str(LOCKSMITH_BIN))
-        p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self._procs[kind] = p
-        line = p.stdout.readline().strip()
-        if not line:
-            err = p.stderr.read() if p.wait(timeout=30) is not None else ""
-            pytest.fail(f"the {kind} test server did not start: {err.strip()}", pytrace=False)
-        return line
+        self._procs[kind], url = start_server(kind)
+        return url
 
     def stop(self) -> None:
         for p in self._procs.values():
-            try:
-                p.stdin.close()
-                p.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.kill(p.pid, signal.SIGKILL)
-                p.wait()
+            stop_server(p)
+
+
+def start_server(kind: str) -> tuple[subprocess.Popen, str]:
+    """`locksmith-test-servers KIND`: its process and the URL it printed."""
+    _require(SERVERS_BIN, "cargo build -p locksmith-testkit --bin locksmith-test-servers")
+    args = [str(SERVERS_BIN), kind]
+    if kind in ("native", "cluster"):
+        _require(LOCKSMITH_BIN, "cargo build -p locksmith-cli")
+        args.append(str(LOCKSMITH_BIN))
+    p = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    line = p.stdout.readline().strip()
+    if not line:
+        err = p.stderr.read() if p.wait(timeout=30) is not None else ""
+        pytest.fail(f"the {kind} test server did not start: {err.strip()}", pytrace=False)
+    return p, line
+
+
+def stop_server(p: subprocess.Popen) -> None:
+    """Closes its stdin (it kills its servers by PID and exits); SIGKILL if it hangs."""
+    try:
+        p.stdin.close()
+        p.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
 
 
 @pytest.fixture(scope="session")
@@ -78,6 +88,41 @@ def servers():
     s = Servers()
     yield s
     s.stop()
+
+
+class Cluster:
+    """A 3-node native cluster of this test alone (`locksmith-test-servers cluster`)."""
+
+    def __init__(self) -> None:
+        self._proc, self.url = start_server("cluster")
+
+    def _command(self, line: str) -> str:
+        self._proc.stdin.write(line + "\n")
+        self._proc.stdin.flush()
+        answer = self._proc.stdout.readline().strip()
+        if not answer.isdigit():
+            err = self._proc.stderr.read() if self._proc.poll() is not None else ""
+            pytest.fail(f"the cluster's {line!r} answered {answer!r}: {err.strip()}", pytrace=False)
+        return answer
+
+    def kill_leader(self) -> int:
+        """`kill -9` of the node that leads now; its id."""
+        return int(self._command("kill-leader"))
+
+    def leader(self) -> int:
+        """The id of the node that leads now (waits up to 20 s for one)."""
+        return int(self._command("leader"))
+
+    def stop(self) -> None:
+        stop_server(self._proc)
+
+
+@pytest.fixture
+def cluster():
+    """A fresh 3-node native cluster (its nodes get killed), stopped after the test."""
+    c = Cluster()
+    yield c
+    c.stop()
 
 
 def backend_url(kind: str, servers: Servers, tmp_path_factory) -> str:

@@ -93,7 +93,8 @@ pub struct ServeArgs {
     /// is ended with RESOURCE_EXHAUSTED (the session lives on until its TTL).
     #[arg(long, env = "LOCKSMITH_MAX_QUEUED_MESSAGES", value_name = "N", default_value_t = defaults().max_queued_messages as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_queued_messages: u64,
-    /// A connection that sends nothing this long after it was accepted is closed.
+    /// A connection that has not begun its handshake this long after it was accepted is closed
+    /// (it must have sent 33 bytes, over TLS 256: a trickle of bytes does not keep it open).
     #[arg(long, env = "LOCKSMITH_FIRST_BYTE_TIMEOUT", value_name = "DURATION", default_value = "10s", value_parser = positive_duration)]
     pub first_byte_timeout: Duration,
     /// A session stream whose first message (open) does not come within this time is ended.

@@ -280,3 +280,70 @@ fn a_peer_that_stops_answering_pings_is_closed() {
     let closed = closed_within(&mut tcp, Duration::from_secs(15)).expect("a peer that answers no ping was kept");
     assert!(closed >= Duration::from_millis(1_500), "closed after {closed:?}, before a ping could go unanswered");
 }
+
+/// A connection trickling its handshake (one byte every half second, as the attack's one byte
+/// every 8 s) is closed once `--first-byte-timeout` passes without its handshake's first bytes,
+/// although it never fell silent for that long.
+#[test]
+fn a_connection_trickling_its_handshake_is_closed_after_the_first_byte_timeout() {
+    use std::io::Write;
+    let server = NativeServer::start_with(BIN.as_ref(), &["--first-byte-timeout", "2s"]);
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
+    let started = Instant::now();
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    for byte in preface.iter().cycle().take(30) {
+        if tcp.write_all(&[*byte]).is_err() {
+            break;
+        }
+        match tcp.read(&mut [0u8; 256]) {
+            Ok(0) => break,
+            Err(e) if !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => break,
+            _ => {}
+        }
+    }
+    let closed = started.elapsed();
+    assert!(closed < Duration::from_secs(5), "a trickling connection was kept for {closed:?}");
+    assert!(closed >= Duration::from_millis(1_900), "closed after {closed:?}, before the timeout");
+}
+
+/// Calls to the health service (open to anyone, before any authentication) that announce
+/// 3 MiB messages and send them slowly: 2 connections × 100 streams. The health service takes
+/// at most 1 KiB per message, so each is refused at its header instead of buffered; the
+/// server's memory stays under 60 MB above what it was (the attack took it from 14 MB to
+/// 631 MB before the bound), and a normal client locks meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn announced_large_slow_health_requests_are_refused_and_the_server_stays_small() {
+    let server = NativeServer::start(BIN.as_ref());
+    let before = scrape::rss(server.pid());
+    let announced: u32 = 3 << 20;
+    let mut conns = Vec::new();
+    let mut streams = Vec::new();
+    for _ in 0..2 {
+        let mut conn = RawConn::connect(server.port(), 65_535).await;
+        for _ in 0..100 {
+            let Some(mut s) = conn.try_call("/grpc.health.v1.Health/Check", Duration::from_secs(2)).await else {
+                break;
+            };
+            let mut body = vec![0u8; 5];
+            body[1..5].copy_from_slice(&announced.to_be_bytes());
+            // The header and a first part; the rest "comes later" (never).
+            body.extend(std::iter::repeat_n(0u8, 256 * 1024));
+            s.send_bytes(bytes::Bytes::from(body));
+            streams.push(s);
+        }
+        conns.push(conn);
+    }
+    assert!(streams.len() >= 100, "only {} streams started", streams.len());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    a_normal_client_locks(&server.url()).await;
+    let after = scrape::rss(server.pid());
+    eprintln!("RSS before {} KiB, under the attack {} KiB ({} streams)", before / 1024, after / 1024, streams.len());
+    assert!(after < before + (60 << 20), "the server grew from {} MB to {} MB", before >> 20, after >> 20);
+    // Each call was refused with a status, not left waiting for its body.
+    let mut s = streams.swap_remove(0);
+    match s.next_within(Duration::from_secs(5)).await {
+        Some(Next::End(code, _)) => assert_ne!(code, 0, "the oversized health request got OK"),
+        other => panic!("an oversized health request got {other:?}"),
+    }
+}

@@ -24,11 +24,20 @@ use crate::telemetry::{self, Limit};
 const FIRST_BACKOFF: Duration = Duration::from_millis(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 
+/// What a peer must have sent within the first byte timeout for its handshake to count as
+/// begun in earnest: the HTTP/2 client preface and one frame header (33 bytes; a real client
+/// sends its SETTINGS with them), or over TLS a ClientHello and the client's next flight (a
+/// rustls ClientHello alone is over 200 bytes). A peer trickling a byte every few seconds never
+/// gets there and is closed, instead of holding its slot forever.
+const HANDSHAKE_BYTES_PLAIN: u64 = 33;
+const HANDSHAKE_BYTES_TLS: u64 = 256;
+
 /// The connections `listener` accepts, as a stream for tonic's `serve_with_incoming`. It never
 /// yields an error (tonic would stop serving on one): failures are handled here.
 pub(crate) fn incoming(
     listener: TcpListener,
     limits: &NetLimits,
+    tls: bool,
 ) -> impl Stream<Item = Result<Conn, std::convert::Infallible>> + Send + 'static {
     let acceptor = Acceptor {
         listener,
@@ -37,6 +46,7 @@ pub(crate) fn incoming(
         first_byte: limits.first_byte_timeout,
         silence: limits.silence_limit(),
         tcp_keepalive: limits.tcp_keepalive,
+        handshake_bytes: if tls { HANDSHAKE_BYTES_TLS } else { HANDSHAKE_BYTES_PLAIN },
         failing: None,
         full: false,
     };
@@ -53,6 +63,7 @@ struct Acceptor {
     first_byte: Duration,
     silence: Option<Duration>,
     tcp_keepalive: Option<Duration>,
+    handshake_bytes: u64,
     /// While `accept` keeps failing for lack of resources: since when, how often, the pause.
     failing: Option<(Instant, u64, Duration)>,
     /// Whether connections are being refused for `max_connections` (logged once per burst).
@@ -88,7 +99,7 @@ impl Acceptor {
             }
             self.configure(&stream);
             telemetry::connection_opened();
-            return Conn::new(stream, permit, self.first_byte, self.silence);
+            return Conn::new(stream, permit, self.first_byte, self.silence, self.handshake_bytes);
         }
     }
 
@@ -145,8 +156,10 @@ impl Acceptor {
 pub(crate) struct Conn {
     stream: TcpStream,
     _slot: OwnedSemaphorePermit,
-    /// When the peer last sent a byte (`None`: never).
+    /// When the peer last sent a byte (`None`: not yet its first `handshake_bytes`).
     last_read: Option<Instant>,
+    /// Bytes still due before the first byte timeout (see [`HANDSHAKE_BYTES_PLAIN`]).
+    handshake_due: u64,
     first_byte: Duration,
     silence: Option<Duration>,
     /// Armed while a read waits; `None` once the silence limit is off.
@@ -154,9 +167,15 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    fn new(stream: TcpStream, slot: OwnedSemaphorePermit, first_byte: Duration, silence: Option<Duration>) -> Self {
+    fn new(
+        stream: TcpStream,
+        slot: OwnedSemaphorePermit,
+        first_byte: Duration,
+        silence: Option<Duration>,
+        handshake_bytes: u64,
+    ) -> Self {
         let timer = Some(Box::pin(tokio::time::sleep(first_byte)));
-        Self { stream, _slot: slot, last_read: None, first_byte, silence, timer }
+        Self { stream, _slot: slot, last_read: None, handshake_due: handshake_bytes, first_byte, silence, timer }
     }
 
     /// Whether the peer has been silent for too long; re-arms the timer when it has not.
@@ -201,10 +220,16 @@ impl AsyncRead for Conn {
         let before = buf.filled().len();
         match Pin::new(&mut this.stream).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before {
-                    if this.last_read.is_none() && this.silence.is_none() {
-                        this.timer = None;
+                let read = (buf.filled().len() - before) as u64;
+                if this.handshake_due > 0 {
+                    this.handshake_due = this.handshake_due.saturating_sub(read);
+                    if this.handshake_due == 0 {
+                        if this.silence.is_none() {
+                            this.timer = None;
+                        }
+                        this.last_read = Some(Instant::now());
                     }
+                } else if read > 0 {
                     this.last_read = Some(Instant::now());
                 }
                 Poll::Ready(Ok(()))
@@ -215,7 +240,7 @@ impl AsyncRead for Conn {
                     telemetry::limit_hit(limit);
                     let peer = this.stream.peer_addr().ok();
                     let what = match limit {
-                        Limit::FirstByte => "sent nothing since it was accepted",
+                        Limit::FirstByte => "did not begin its handshake in time",
                         _ => "fell silent before its handshake was done",
                     };
                     tracing::debug!(?peer, "connection {what}; closed");

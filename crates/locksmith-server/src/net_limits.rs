@@ -19,7 +19,9 @@ pub struct NetLimits {
     /// Messages queued for one session stream that its client does not read; then the stream
     /// is ended with `RESOURCE_EXHAUSTED` (the session lives on until its TTL).
     pub max_queued_messages: usize,
-    /// A connection that sends no byte in this time after it was accepted is closed.
+    /// A connection that has not begun its handshake in this time after it was accepted is
+    /// closed: it must have sent the HTTP/2 preface and a frame header (33 bytes), over TLS
+    /// 256 bytes, so a peer trickling a byte at a time does not keep it open.
     pub first_byte_timeout: Duration,
     /// A session stream whose first message (`open`) does not come in this time is ended.
     pub open_timeout: Duration,

@@ -139,6 +139,18 @@ impl ServeOptions {
     }
 }
 
+/// HTTP/2 flow-control window of one stream: a client cannot have more than this in flight on
+/// a stream that the server has not read (the lock service's messages are at most 64 KiB).
+const STREAM_WINDOW: u32 = 64 * 1024;
+/// The same for all the streams of one connection together.
+const CONNECTION_WINDOW: u32 = 256 * 1024;
+/// Headers of one request, decoded.
+const MAX_HEADER_LIST: u32 = 16 * 1024;
+/// HTTP/2's smallest maximum frame size, the default.
+const MAX_FRAME: u32 = 16 * 1024;
+/// A health check request (`grpc.health.v1.HealthCheckRequest`: a service name).
+const MAX_HEALTH_MESSAGE: usize = 1024;
+
 /// Restores the data directory, serves gRPC on `listener` until `shutdown` resolves, then
 /// stops: every acknowledged grant is already durable, and the log is synced once more.
 ///
@@ -162,7 +174,14 @@ pub async fn serve(
     let mut builder = tonic::transport::Server::builder()
         .max_concurrent_streams(net.max_streams_per_connection)
         .http2_keepalive_interval(net.keepalive_interval)
-        .http2_keepalive_timeout(Some(net.keepalive_timeout));
+        .http2_keepalive_timeout(Some(net.keepalive_timeout))
+        // What one connection can make the server hold before a request is decoded (and, for
+        // the health service, before any authentication): flow-control windows the client may
+        // fill without the server reading, and the headers of one request.
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .http2_max_header_list_size(MAX_HEADER_LIST)
+        .max_frame_size(MAX_FRAME);
     if let Some(tls) = &opts.tls {
         builder = builder.tls_config(tls.config()).map_err(|e| {
             ServerError::Config(format!("TLS certificate or key unusable: {}", locksmith_core::error_chain(&e)))
@@ -191,8 +210,11 @@ pub async fn serve(
         tcp_keepalive = ?net.tcp_keepalive,
         "connection limits"
     );
-    let incoming = crate::accept::incoming(listener, net);
+    let incoming = crate::accept::incoming(listener, net, opts.tls.is_some());
     let (health, health_service) = tonic_health::server::health_reporter();
+    // Anyone may ask for health (no credentials): a request names a service, so a few hundred
+    // bytes; a larger announced message is refused at its header instead of being buffered.
+    let health_service = health_service.max_decoding_message_size(MAX_HEALTH_MESSAGE);
     health.set_serving::<LocksmithServer<Grpc>>().await;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let router = builder

@@ -42,9 +42,15 @@ impl RawConn {
     /// [`RawConn::session`], or `None` when the server's stream limit leaves no room within
     /// `wait`.
     pub async fn try_session(&mut self, wait: Duration) -> Option<RawStream> {
+        self.try_call("/locksmith.v1.Locksmith/Session", wait).await
+    }
+
+    /// Starts a call to the gRPC method `path` (e.g. `/grpc.health.v1.Health/Check`), headers
+    /// only; `None` when the server's stream limit leaves no room within `wait`.
+    pub async fn try_call(&mut self, path: &str, wait: Duration) -> Option<RawStream> {
         let req = http::Request::builder()
             .method("POST")
-            .uri(format!("http://127.0.0.1:{}/locksmith.v1.Locksmith/Session", self.port))
+            .uri(format!("http://127.0.0.1:{}{path}", self.port))
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             .body(())

@@ -85,6 +85,10 @@ pub struct ServeArgs {
     /// to what the open-file limit allows.
     #[arg(long, env = "LOCKSMITH_MAX_CONNECTIONS", value_name = "N", default_value_t = defaults().max_connections as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_connections: u64,
+    /// Open connections from one IP address at most (all local processes share 127.0.0.1);
+    /// one more from it is closed as soon as it is accepted.
+    #[arg(long, env = "LOCKSMITH_MAX_CONNECTIONS_PER_ADDRESS", value_name = "N", default_value_t = defaults().max_connections_per_address as u64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_connections_per_address: u64,
     /// Concurrent streams (sessions, calls) on one HTTP/2 connection; a client waits for a
     /// free one.
     #[arg(long, env = "LOCKSMITH_MAX_STREAMS_PER_CONNECTION", value_name = "N", default_value_t = defaults().max_streams_per_connection, value_parser = clap::value_parser!(u32).range(1..))]
@@ -212,6 +216,7 @@ impl ServeArgs {
         let nonzero = |d: Duration| (!d.is_zero()).then_some(d);
         let mut net = locksmith_server::NetLimits::default();
         net.max_connections = usize::try_from(self.max_connections).unwrap_or(usize::MAX);
+        net.max_connections_per_address = usize::try_from(self.max_connections_per_address).unwrap_or(usize::MAX);
         net.max_streams_per_connection = self.max_streams_per_connection;
         net.max_queued_messages = usize::try_from(self.max_queued_messages).unwrap_or(usize::MAX);
         net.first_byte_timeout = self.first_byte_timeout;

@@ -349,3 +349,33 @@ async fn announced_large_slow_health_requests_are_refused_and_the_server_stays_s
         other => panic!("an oversized health request got {other:?}"),
     }
 }
+
+/// One address holds at most `--max-connections-per-address` connections: an attacker on
+/// 127.0.0.2 opening more finds the extra ones closed at once, while a client on 127.0.0.1
+/// still connects and locks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_address_holds_at_most_max_connections_per_address() {
+    let server = NativeServer::start_with(BIN.as_ref(), &["--max-connections-per-address", "5"]);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], server.port()));
+    let mut held = Vec::new();
+    for _ in 0..8 {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind(([127, 0, 0, 2], 0).into()).expect("bind 127.0.0.2");
+        let tcp = socket.connect(addr).await.expect("connect from 127.0.0.2");
+        held.push(tcp.into_std().expect("std stream"));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut closed = 0;
+    for tcp in &mut held {
+        tcp.set_nonblocking(true).unwrap();
+        let open = match tcp.read(&mut [0u8; 256]) {
+            Ok(n) => n > 0,
+            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+        };
+        if !open {
+            closed += 1;
+        }
+    }
+    assert_eq!(closed, 3, "of 8 connections from one address with a limit of 5, {closed} were closed");
+    a_normal_client_locks(&server.url()).await;
+}

@@ -3,10 +3,12 @@
 //! closed (see [`Conn`]), and an accept loop that backs off instead of spinning when the process
 //! is out of file descriptors.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -43,6 +45,9 @@ pub(crate) fn incoming(
         listener,
         slots: Arc::new(Semaphore::new(limits.max_connections.min(Semaphore::MAX_PERMITS))),
         max: limits.max_connections,
+        per_address: Arc::new(Mutex::new(HashMap::new())),
+        max_per_address: limits.max_connections_per_address,
+        crowded: false,
         first_byte: limits.first_byte_timeout,
         silence: limits.silence_limit(),
         tcp_keepalive: limits.tcp_keepalive,
@@ -60,6 +65,12 @@ struct Acceptor {
     listener: TcpListener,
     slots: Arc<Semaphore>,
     max: usize,
+    /// Open connections by peer address (entries at zero are removed).
+    per_address: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    max_per_address: usize,
+    /// Whether connections are being refused for `max_connections_per_address` (logged once
+    /// per burst).
+    crowded: bool,
     first_byte: Duration,
     silence: Option<Duration>,
     tcp_keepalive: Option<Duration>,
@@ -97,9 +108,17 @@ impl Acceptor {
             if std::mem::replace(&mut self.full, false) {
                 tracing::info!(max = self.max, "below the connection limit again");
             }
+            let Some(address) = AddressSlot::take(&self.per_address, peer.ip(), self.max_per_address) else {
+                telemetry::limit_hit(Limit::ConnectionsPerAddress);
+                if !std::mem::replace(&mut self.crowded, true) {
+                    tracing::warn!(max = self.max_per_address, %peer, "connection limit per address reached (--max-connections-per-address): its new connections are closed at once");
+                }
+                continue;
+            };
+            self.crowded = false;
             self.configure(&stream);
             telemetry::connection_opened();
-            return Conn::new(stream, permit, self.first_byte, self.silence, self.handshake_bytes);
+            return Conn::new(stream, (permit, address), self.first_byte, self.silence, self.handshake_bytes);
         }
     }
 
@@ -145,6 +164,37 @@ impl Acceptor {
     }
 }
 
+/// One of the connections an address may hold; given back when dropped.
+#[derive(Debug)]
+struct AddressSlot {
+    map: Arc<Mutex<HashMap<IpAddr, usize>>>,
+    ip: IpAddr,
+}
+
+impl AddressSlot {
+    fn take(map: &Arc<Mutex<HashMap<IpAddr, usize>>>, ip: IpAddr, max: usize) -> Option<Self> {
+        let mut counts = map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let count = counts.entry(ip).or_insert(0);
+        if *count >= max {
+            return None;
+        }
+        *count += 1;
+        Some(Self { map: map.clone(), ip })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut counts = self.map.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(count) = counts.get_mut(&self.ip) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                counts.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// An accepted connection holding one of the `max_connections` slots until it is dropped. It
 /// closes itself (its reads fail with `TimedOut`) when the peer sends no byte within the first
 /// byte timeout, or, after that, stays silent past the silence limit (see
@@ -155,7 +205,7 @@ impl Acceptor {
 #[derive(Debug)]
 pub(crate) struct Conn {
     stream: TcpStream,
-    _slot: OwnedSemaphorePermit,
+    _slot: (OwnedSemaphorePermit, AddressSlot),
     /// When the peer last sent a byte (`None`: not yet its first `handshake_bytes`).
     last_read: Option<Instant>,
     /// Bytes still due before the first byte timeout (see [`HANDSHAKE_BYTES_PLAIN`]).
@@ -169,7 +219,7 @@ pub(crate) struct Conn {
 impl Conn {
     fn new(
         stream: TcpStream,
-        slot: OwnedSemaphorePermit,
+        slot: (OwnedSemaphorePermit, AddressSlot),
         first_byte: Duration,
         silence: Option<Duration>,
         handshake_bytes: u64,

@@ -13,6 +13,10 @@ pub struct NetLimits {
     /// Open client connections; one more is closed as soon as it is accepted. Each takes a file
     /// descriptor and an HTTP/2 connection's buffers.
     pub max_connections: usize,
+    /// Open connections from one IP address; one more from it is closed as soon as it is
+    /// accepted, so that one host cannot take every connection slot (every local process shares
+    /// `127.0.0.1`).
+    pub max_connections_per_address: usize,
     /// Concurrent streams (sessions and calls) on one HTTP/2 connection, announced in its
     /// settings; a client waits for a free one.
     pub max_streams_per_connection: u32,
@@ -40,6 +44,7 @@ impl Default for NetLimits {
     fn default() -> Self {
         Self {
             max_connections: 10_000,
+            max_connections_per_address: 1_000,
             max_streams_per_connection: 100,
             max_queued_messages: crate::outbox::DEFAULT_CAPACITY,
             first_byte_timeout: Duration::from_secs(10),

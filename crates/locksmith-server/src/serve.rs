@@ -201,6 +201,7 @@ pub async fn serve(
     tracing::info!(%addr, data_dir = %opts.data_dir.display(), tls = opts.tls.is_some(), "locksmith server listening");
     tracing::info!(
         max_connections = net.max_connections,
+        max_connections_per_address = net.max_connections_per_address,
         max_streams_per_connection = net.max_streams_per_connection,
         max_queued_messages = net.max_queued_messages,
         first_byte_timeout = ?net.first_byte_timeout,

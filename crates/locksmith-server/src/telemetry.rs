@@ -105,6 +105,9 @@ pub fn describe() {
 pub enum Limit {
     /// `--max-connections`: a connection over it was closed at once.
     Connections,
+    /// `--max-connections-per-address`: a connection from an address that holds that many
+    /// already was closed at once.
+    ConnectionsPerAddress,
     /// `--first-byte-timeout`: a connection sent nothing after it was accepted.
     FirstByte,
     /// A connection fell silent for longer than its keepalive allows (before the HTTP/2
@@ -129,6 +132,7 @@ impl Limit {
     pub fn label(self) -> &'static str {
         match self {
             Limit::Connections => "connections",
+            Limit::ConnectionsPerAddress => "connections_per_address",
             Limit::FirstByte => "first_byte_timeout",
             Limit::Silence => "silence",
             Limit::OpenTimeout => "open_timeout",

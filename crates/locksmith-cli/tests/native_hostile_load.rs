@@ -281,18 +281,14 @@ fn a_peer_that_stops_answering_pings_is_closed() {
     assert!(closed >= Duration::from_millis(1_500), "closed after {closed:?}, before a ping could go unanswered");
 }
 
-/// A connection trickling its handshake (one byte every half second, as the attack's one byte
-/// every 8 s) is closed once `--first-byte-timeout` passes without its handshake's first bytes,
-/// although it never fell silent for that long.
-#[test]
-fn a_connection_trickling_its_handshake_is_closed_after_the_first_byte_timeout() {
+/// Sends `bytes` one every half second (the attack sent one every 8 s) until the server closes
+/// the connection; how long that took.
+fn trickle(port: u16, bytes: &[u8]) -> Duration {
     use std::io::Write;
-    let server = NativeServer::start_with(BIN.as_ref(), &["--first-byte-timeout", "2s"]);
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     tcp.set_read_timeout(Some(Duration::from_millis(500))).unwrap();
     let started = Instant::now();
-    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-    for byte in preface.iter().cycle().take(30) {
+    for byte in bytes {
         if tcp.write_all(&[*byte]).is_err() {
             break;
         }
@@ -302,8 +298,30 @@ fn a_connection_trickling_its_handshake_is_closed_after_the_first_byte_timeout()
             _ => {}
         }
     }
-    let closed = started.elapsed();
+    started.elapsed()
+}
+
+/// A connection trickling its HTTP/2 preface is closed once `--first-byte-timeout` passes
+/// without its handshake's first bytes, although it never fell silent for that long.
+#[test]
+fn a_connection_trickling_its_handshake_is_closed_after_the_first_byte_timeout() {
+    let server = NativeServer::start_with(BIN.as_ref(), &["--first-byte-timeout", "2s"]);
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+    let closed = trickle(server.port(), &preface.repeat(2)[..30]);
     assert!(closed < Duration::from_secs(5), "a trickling connection was kept for {closed:?}");
+    assert!(closed >= Duration::from_millis(1_900), "closed after {closed:?}, before the timeout");
+}
+
+/// The same over TLS: a ClientHello record announced (512 bytes) and trickled is closed after
+/// the first byte timeout, not kept while the TLS handshake waits for the rest.
+#[test]
+fn a_tls_connection_trickling_its_client_hello_is_closed_after_the_first_byte_timeout() {
+    let certs = locksmith_testkit::TestCerts::generate();
+    let server = NativeServer::start_tls_with(BIN.as_ref(), &certs, false, &["--first-byte-timeout", "2s"]);
+    let mut hello = vec![0x16, 0x03, 0x01, 0x02, 0x00, 0x01, 0x00, 0x01, 0xfc, 0x03, 0x03];
+    hello.resize(30, 0);
+    let closed = trickle(server.port(), &hello);
+    assert!(closed < Duration::from_secs(5), "a trickling TLS connection was kept for {closed:?}");
     assert!(closed >= Duration::from_millis(1_900), "closed after {closed:?}, before the timeout");
 }
 

@@ -138,14 +138,26 @@ impl Guard {
     /// one count; the lock is freed with the last one.
     ///
     /// # Cancel safety
-    /// Not cancel safe in the sense that the release may or may not reach the backend; if it
-    /// does not, the lease frees the lock after the TTL.
+    /// Cancel safe: the release is started at the first poll and runs to its end on the runtime
+    /// even if this future is dropped (only its answer is lost). A release cut short after the
+    /// hold was forgotten here would leave it on a session-based backend (native, etcd,
+    /// ZooKeeper) for as long as the session lives.
     ///
     /// # Errors
     /// The backend could not be reached; the lease frees the lock after the TTL.
     pub async fn unlock(mut self) -> Result<bool> {
         let Some(slot) = self.slot.take() else { return Ok(false) };
-        self.client.release(&self.name, &self.owner, self.token, slot).await
+        let (client, name, token) = (self.client.clone(), self.name.clone(), self.token);
+        let owner = std::mem::take(&mut self.owner);
+        let release = async move { client.release(&name, &owner, token, slot).await };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => runtime
+                .spawn(release)
+                .await
+                .unwrap_or_else(|e| Err(crate::Error::Internal(format!("the release task failed: {e}")))),
+            // Not on a tokio runtime: nowhere to finish it, so it is done here.
+            Err(_) => release.await,
+        }
     }
 }
 

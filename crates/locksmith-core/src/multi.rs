@@ -71,7 +71,8 @@ impl MultiGuard {
     /// Releases every hold; `Ok(true)` when each was still ours until now.
     ///
     /// # Cancel safety
-    /// As [`Guard::unlock`]: what is not released in time is freed by its lease.
+    /// Cancel safe: a release under way finishes (as [`Guard::unlock`]) and the holds not yet
+    /// reached are released as dropped guards are.
     ///
     /// # Errors
     /// The first release that could not reach the backend (the others are still attempted).

@@ -106,6 +106,8 @@ struct State {
     keep_alives: Vec<KeepAliveCall>,
     acquires: Vec<AcquireCall>,
     releases: Vec<ReleaseCall>,
+    /// How long the backend takes to answer a release (zero: at once).
+    release_delay: Duration,
 }
 
 /// The double's shared state; tests keep an `Arc` to script and inspect it.
@@ -316,6 +318,10 @@ impl Session for ScriptedSession {
     }
 
     async fn release(&self, name: &LockName, owner: &str, token: u64) -> Result<bool> {
+        let delay = self.script.state().release_delay;
+        if !delay.is_zero() {
+            sleep(delay).await;
+        }
         let ours = {
             let mut s = self.script.state();
             s.releases.push(ReleaseCall { name: name.as_str().to_owned(), owner: owner.to_owned(), token });
@@ -379,6 +385,22 @@ async fn keep_alives_are_sent_every_third_of_the_ttl_while_a_guard_lives() {
     }
     assert!(guard.is_held());
     assert!(guard.unlock().await.unwrap());
+}
+
+/// An `unlock` whose future is dropped while the backend has not answered yet still releases:
+/// the hold never stays on the backend under a live session (a cancelled asyncio task in
+/// unlock left a native lock held for as long as its session lived).
+#[tokio::test(start_paused = true)]
+async fn an_unlock_dropped_before_the_backend_answers_still_releases() {
+    let (client, script) = setup(TTL);
+    let guard = client.lock("job").await.unwrap();
+    script.state().release_delay = 200 * MS;
+    let cut = tokio::time::timeout(50 * MS, guard.unlock()).await;
+    assert!(cut.is_err(), "the release answered before the cut");
+    assert!(!script.is_free("job"), "released before the backend answered");
+    sleep(300 * MS).await;
+    assert!(script.is_free("job"), "the dropped unlock left the hold on the backend");
+    assert_eq!(script.releases().len(), 1);
 }
 
 /// A backend that grants a shorter lease than asked (a negotiated session timeout) ends the

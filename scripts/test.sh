@@ -13,7 +13,29 @@ bash scripts/setup.sh
 # compiled as part of `cargo test`.
 cargo build --workspace --all-targets
 rust_status=0
-cargo test --workspace --no-fail-fast "$@" || rust_status=$?
+log=$(mktemp)
+cargo test --workspace --no-fail-fast "$@" 2>&1 | tee "$log" || rust_status=$?
+
+# A test binary that failed is run once more, on its own: on this 2-core machine a few
+# timing-bound tests (a ZooKeeper JVM slow to give its first session, a 1 s lease renewed under
+# the whole suite's load) fail now and then under load alone. A failure that repeats fails the
+# run; one that passes the second time is named here as FLAKY, to be fixed, never hidden.
+if [ "$rust_status" -ne 0 ] && [ $# -eq 0 ]; then
+  mapfile -t reruns < <(grep -aoE 'to rerun pass `[^`]+`' "$log" | sed -E 's/^to rerun pass `(.*)`$/\1/' | sort -u)
+  if [ ${#reruns[@]} -gt 0 ]; then
+    rust_status=0
+    for args in "${reruns[@]}"; do
+      echo "test: running again on its own: cargo test $args" >&2
+      # shellcheck disable=SC2086 # the rerun arguments are words cargo printed
+      if cargo test $args; then
+        echo "test: FLAKY (failed under the suite's load, passed alone): cargo test $args" >&2
+      else
+        rust_status=1
+      fi
+    done
+  fi
+fi
+rm -f "$log"
 
 # The Python package (bindings/python): built into a venv of its own with `maturin develop`
 # (debug, the same target dir and lock file as the workspace: bindings/python is a member), then

@@ -1,8 +1,9 @@
 //! The `log` file: Raft log entries appended as frames, with truncation and purge written as
 //! markers, compacted by a rewrite once dead frames dominate.
 //!
-//! Layout: a 16-byte magic, then frames (see [`frame`](super::frame)) whose payload is a
-//! postcard-encoded [`Record`], then preallocated zeros. Replaying the records in order gives
+//! Layout: a 16-byte magic, then frames (see [`locksmith_disk::frame`], the framing and
+//! torn-tail rule of the server's write-ahead log too) whose payload is a postcard-encoded
+//! [`Record`], then preallocated zeros. Replaying the records in order gives
 //! the live entries: an `Entry` appends, `Truncate { since }` drops the entries from `since` on
 //! (a follower's conflicting suffix), `Purge { upto }` drops those up to `upto` (covered by a
 //! snapshot) and remembers `upto` as the last purged log id.
@@ -12,12 +13,12 @@
 //! truncated suffix was never committed; purged entries are also in the snapshot). Entries
 //! appended after a marker are synced with it, since one `fdatasync` covers the whole file.
 //!
-//! The file is preallocated in [`CHUNK`]s because `fdatasync` after an append that grows the
-//! file also writes the inode (the server's WAL measured ~130 µs growing vs ~70 µs inside
-//! preallocated space on this kind of machine).
+//! The file is preallocated in [`CHUNK`]s ([`locksmith_disk::AppendFile`]; without room for a
+//! chunk it grows by what is written).
 //!
-//! Compaction writes the purge point and the live frames to `log.tmp`, syncs it, renames it over
-//! `log` and syncs the directory: a crash leaves either file whole. It runs when dead bytes
+//! Compaction writes the purge point and the live frames to a new file installed in place
+//! ([`locksmith_disk::install`]): a crash leaves either file whole. It needs room for the live
+//! frames only (the preallocation is skipped when space is short). It runs when dead bytes
 //! exceed both the live ones and 1 MiB, and on start after a torn tail (so the garbage is gone
 //! before new frames are written next to it).
 
@@ -31,10 +32,11 @@ use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use locksmith_disk::frame;
+use locksmith_disk::AppendFile;
 use serde::Deserialize;
 use serde::Serialize;
 
-use super::frame;
 use crate::error::StoreError;
 use crate::types::Entry;
 use crate::types::LogId;
@@ -77,11 +79,8 @@ struct Slot {
 #[derive(Debug)]
 pub(crate) struct LogFile {
     dir: PathBuf,
-    file: Arc<File>,
-    /// Where the next frame goes.
-    end: u64,
-    /// Bytes allocated to the file.
-    allocated: u64,
+    /// The file; its end is where the next frame goes.
+    file: AppendFile,
     /// The live entries by index.
     entries: BTreeMap<u64, Slot>,
     purged: Option<LogId>,
@@ -91,11 +90,14 @@ pub(crate) struct LogFile {
 }
 
 impl LogFile {
-    /// Opens (or creates) `dir/log` and indexes its live entries.
+    /// Opens (or creates) `dir/log` and indexes its live entries. With `must_reach`, the log
+    /// must hold that entry (or have purged it): an entry known to be committed that the log
+    /// lost means it was cut.
     ///
     /// # Errors
-    /// [`StoreError::Corrupt`] for damage other than a torn last frame; I/O errors.
-    pub(crate) fn open(dir: &Path) -> Result<Self, StoreError> {
+    /// [`StoreError::Corrupt`] for damage other than a torn last frame, or a log that ends
+    /// before `must_reach`; nothing is changed then. I/O errors.
+    pub(crate) fn open(dir: &Path, must_reach: Option<LogId>) -> Result<Self, StoreError> {
         match std::fs::remove_file(dir.join("log.tmp")) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
             _ => {}
@@ -105,19 +107,19 @@ impl LogFile {
         match File::open(&path) {
             Ok(mut f) => f.read_to_end(&mut bytes)?,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let (file, allocated) = install(dir, MAGIC)?;
-                return Ok(Self::empty(dir, file, MAGIC.len() as u64, allocated));
+                let (file, allocated) = locksmith_disk::install(dir, "log", MAGIC, CHUNK)?;
+                return Ok(Self::empty(dir, AppendFile::new(file, MAGIC.len() as u64, allocated, CHUNK)));
             }
             Err(e) => return Err(e.into()),
         };
-        let file = OpenOptions::new().read(true).write(true).open(&path)?;
-        let mut log = Self::empty(dir, file, 0, bytes.len() as u64);
         let corrupt = |what: String| StoreError::Corrupt(format!("{}: {what}", path.display()));
         if !bytes.starts_with(MAGIC) {
             // The file is only ever created whole (by a rename), so a short header is damage too.
             return Err(corrupt("not a locksmith raft log (bad header)".into()));
         }
-        let scan = frame::scan(&bytes, MAGIC.len(), MAX_FRAME).map_err(corrupt)?;
+        let scan = frame::scan(&bytes, MAGIC.len(), MAX_FRAME).map_err(|d| corrupt(d.to_string()))?;
+        let file = OpenOptions::new().read(true).write(true).open(&path)?;
+        let mut log = Self::empty(dir, AppendFile::new(file, scan.valid as u64, bytes.len() as u64, CHUNK));
         for found in &scan.frames {
             let record: Record = postcard::from_bytes(found.payload(&bytes))
                 .map_err(|e| corrupt(format!("undecodable record at offset {}: {e}", found.at)))?;
@@ -129,7 +131,15 @@ impl LogFile {
                 Record::Purge { upto } => log.drop_upto(upto),
             }
         }
-        log.end = scan.valid as u64;
+        if let Some(needed) = must_reach.filter(|n| log.last_log_id().map(|l| l.index) < Some(n.index)) {
+            return Err(corrupt(format!(
+                "the log ends at offset {} after entry {}, but entry {needed} was committed: the file was cut \
+                 (entries this node acknowledged are missing). Remove the node from the cluster, move its data \
+                 directory aside and add it back: it catches up from the leader",
+                scan.valid,
+                log.last_log_id().map_or("none".to_string(), |l| l.to_string()),
+            )));
+        }
         if scan.torn {
             tracing::warn!(path = %path.display(), offset = scan.valid, "raft log: dropping a torn last frame");
             log.rewrite()?;
@@ -139,12 +149,10 @@ impl LogFile {
         Ok(log)
     }
 
-    fn empty(dir: &Path, file: File, end: u64, allocated: u64) -> Self {
+    fn empty(dir: &Path, file: AppendFile) -> Self {
         Self {
             dir: dir.to_path_buf(),
-            file: Arc::new(file),
-            end,
-            allocated,
+            file,
             entries: BTreeMap::new(),
             purged: None,
             live: 0,
@@ -154,7 +162,7 @@ impl LogFile {
 
     /// The file, to sync after a write.
     pub(crate) fn file(&self) -> Arc<File> {
-        self.file.clone()
+        self.file.file().clone()
     }
 
     /// The last purged log id.
@@ -177,11 +185,11 @@ impl LogFile {
         let mut buf = Vec::new();
         let mut slots = Vec::new();
         for entry in entries {
-            let at = self.end + buf.len() as u64;
+            let at = self.file.len() + buf.len() as u64;
             encode_record(&RecordRef::Entry(&entry), &mut buf)?;
-            slots.push(Slot { log_id: entry.log_id, at, len: self.end + buf.len() as u64 - at });
+            slots.push(Slot { log_id: entry.log_id, at, len: self.file.len() + buf.len() as u64 - at });
         }
-        self.write(&buf)?;
+        self.file.append(&buf)?;
         for s in slots {
             self.insert(s);
         }
@@ -195,7 +203,7 @@ impl LogFile {
     pub(crate) fn truncate(&mut self, since: u64) -> io::Result<()> {
         let mut buf = Vec::new();
         encode_record(&RecordRef::Truncate { since }, &mut buf)?;
-        self.write(&buf)?;
+        self.file.append(&buf)?;
         self.drop_since(since);
         self.maybe_compact()
     }
@@ -207,7 +215,7 @@ impl LogFile {
     pub(crate) fn purge(&mut self, upto: LogId) -> io::Result<()> {
         let mut buf = Vec::new();
         encode_record(&RecordRef::Purge { upto }, &mut buf)?;
-        self.write(&buf)?;
+        self.file.append(&buf)?;
         self.drop_upto(upto);
         self.maybe_compact()
     }
@@ -237,7 +245,7 @@ impl LogFile {
             return Ok(Vec::new());
         };
         let mut span = vec![0u8; (tail - head) as usize];
-        self.file.read_exact_at(&mut span, head)?;
+        self.file.file().read_exact_at(&mut span, head)?;
         slots
             .iter()
             .map(|s| {
@@ -271,23 +279,8 @@ impl LogFile {
         }
     }
 
-    /// Writes `buf` at the end of the file, growing its allocation as needed.
-    fn write(&mut self, buf: &[u8]) -> io::Result<()> {
-        let len = buf.len() as u64;
-        if self.end + len > self.allocated {
-            let grow = CHUNK.max(len);
-            allocate(&self.file, self.allocated, grow)?;
-            // Make the new size durable now, so that the appends' fdatasync need not.
-            self.file.sync_all()?;
-            self.allocated += grow;
-        }
-        self.file.write_all_at(buf, self.end)?;
-        self.end += len;
-        Ok(())
-    }
-
     fn maybe_compact(&mut self) -> io::Result<()> {
-        let dead = self.end.saturating_sub(MAGIC.len() as u64 + self.live);
+        let dead = self.file.len().saturating_sub(MAGIC.len() as u64 + self.live);
         if dead > self.live && dead >= self.compact_min_dead {
             self.rewrite()?;
         }
@@ -304,35 +297,20 @@ impl LogFile {
         for (index, s) in &self.entries {
             // Frame by frame: a rewrite is rare, and live frames may lie far apart.
             let mut frame = vec![0u8; s.len as usize];
-            self.file.read_exact_at(&mut frame, s.at)?;
+            self.file.file().read_exact_at(&mut frame, s.at)?;
             slots.insert(*index, Slot { at: buf.len() as u64, ..*s });
             buf.extend_from_slice(&frame);
         }
-        let (f, allocated) = install(&self.dir, &buf)?;
-        self.file = Arc::new(f);
-        self.end = buf.len() as u64;
-        self.allocated = allocated;
+        let (f, allocated) = locksmith_disk::install(&self.dir, "log", &buf, CHUNK)?;
+        self.file = AppendFile::new(f, buf.len() as u64, allocated, CHUNK);
         self.entries = slots;
         Ok(())
     }
 
     #[cfg(test)]
     fn file_len(&self) -> u64 {
-        self.end
+        self.file.len()
     }
-}
-
-/// Makes `buf` the content of `dir/log`, atomically and durably, preallocated beyond it.
-fn install(dir: &Path, buf: &[u8]) -> io::Result<(File, u64)> {
-    let tmp = dir.join("log.tmp");
-    let f = OpenOptions::new().create(true).read(true).write(true).truncate(true).open(&tmp)?;
-    let allocated = buf.len() as u64 + CHUNK;
-    allocate(&f, 0, allocated)?;
-    f.write_all_at(buf, 0)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, dir.join("log"))?;
-    File::open(dir)?.sync_all()?;
-    Ok((f, allocated))
 }
 
 fn encode_record(record: &RecordRef<'_>, buf: &mut Vec<u8>) -> io::Result<()> {
@@ -344,21 +322,10 @@ fn encode_record(record: &RecordRef<'_>, buf: &mut Vec<u8>) -> io::Result<()> {
     Ok(())
 }
 
-fn decode_entry(frame: &[u8]) -> Option<Entry> {
-    match postcard::from_bytes(frame::decode_one(frame)?).ok()? {
+fn decode_entry(bytes: &[u8]) -> Option<Entry> {
+    match postcard::from_bytes(frame::decode_one(bytes, MAX_FRAME).ok()?.0).ok()? {
         Record::Entry(e) => Some(e),
         _ => None,
-    }
-}
-
-fn allocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    let off = i64::try_from(offset).map_err(io::Error::other)?;
-    let len = i64::try_from(len).map_err(io::Error::other)?;
-    match nix::fcntl::posix_fallocate(file, off, len) {
-        Ok(()) => Ok(()),
-        // Filesystems without fallocate: a plain size change still works (just slower syncs).
-        Err(nix::errno::Errno::EOPNOTSUPP) | Err(nix::errno::Errno::EINVAL) => file.set_len((off + len) as u64),
-        Err(e) => Err(io::Error::from(e)),
     }
 }
 
@@ -384,7 +351,7 @@ mod tests {
     #[test]
     fn entries_truncation_and_purge_survive_reopening() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = LogFile::open(dir.path()).unwrap();
+        let mut log = LogFile::open(dir.path(), None).unwrap();
         log.append((0..10).map(|i| entry(1, i))).unwrap();
         log.truncate(7).unwrap();
         log.append((7..9).map(|i| entry(2, i))).unwrap();
@@ -392,7 +359,7 @@ mod tests {
         let want: Vec<_> = (3..7).map(|i| (1, i)).chain((7..9).map(|i| (2, i))).collect();
         assert_eq!(indexes(&log), want);
         drop(log);
-        let log = LogFile::open(dir.path()).unwrap();
+        let log = LogFile::open(dir.path(), None).unwrap();
         assert_eq!(indexes(&log), want);
         assert_eq!(log.purged().map(|p| p.index), Some(2));
         assert_eq!(log.last_log_id().map(|l| (l.leader_id.term, l.index)), Some((2, 8)));
@@ -401,20 +368,20 @@ mod tests {
     #[test]
     fn a_purge_past_the_last_entry_sets_the_next_index() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = LogFile::open(dir.path()).unwrap();
+        let mut log = LogFile::open(dir.path(), None).unwrap();
         log.append((0..3).map(|i| entry(1, i))).unwrap();
         log.purge(LogId::new(CommittedLeaderId::new(1, 1), 20)).unwrap();
         assert_eq!(log.last_log_id().map(|l| l.index), Some(20));
         log.append([entry(1, 21)]).unwrap();
         drop(log);
-        let log = LogFile::open(dir.path()).unwrap();
+        let log = LogFile::open(dir.path(), None).unwrap();
         assert_eq!(indexes(&log), vec![(1, 21)]);
     }
 
     #[test]
     fn a_torn_last_frame_is_dropped_and_appending_goes_on_cleanly() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = LogFile::open(dir.path()).unwrap();
+        let mut log = LogFile::open(dir.path(), None).unwrap();
         log.append((0..5).map(|i| entry(1, i))).unwrap();
         let end = log.file_len();
         drop(log);
@@ -424,35 +391,35 @@ mod tests {
         let file = OpenOptions::new().write(true).open(dir.path().join("log")).unwrap();
         file.write_all_at(&torn[..torn.len() / 2], end).unwrap();
         drop(file);
-        let mut log = LogFile::open(dir.path()).unwrap();
+        let mut log = LogFile::open(dir.path(), None).unwrap();
         assert_eq!(indexes(&log).len(), 5);
         // A shorter frame goes where the torn one was; no garbage is left after it.
         log.append([Entry { log_id: entry(1, 5).log_id, payload: EntryPayload::Blank }]).unwrap();
         drop(log);
-        let log = LogFile::open(dir.path()).unwrap();
+        let log = LogFile::open(dir.path(), None).unwrap();
         assert_eq!(indexes(&log).len(), 6);
     }
 
     #[test]
     fn damage_before_intact_frames_is_reported_and_nothing_is_changed() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = LogFile::open(dir.path()).unwrap();
+        let mut log = LogFile::open(dir.path(), None).unwrap();
         log.append((0..5).map(|i| entry(1, i))).unwrap();
         drop(log);
         let path = dir.path().join("log");
         let mut bytes = std::fs::read(&path).unwrap();
-        bytes[MAGIC.len() + frame::FRAME_HEADER + 1] ^= 0x40;
+        bytes[MAGIC.len() + frame::HEADER + 1] ^= 0x40;
         std::fs::write(&path, &bytes).unwrap();
-        assert!(matches!(LogFile::open(dir.path()), Err(StoreError::Corrupt(_))));
+        assert!(matches!(LogFile::open(dir.path(), None), Err(StoreError::Corrupt(_))));
         assert_eq!(std::fs::read(&path).unwrap(), bytes);
         std::fs::write(&path, b"something else entirely").unwrap();
-        assert!(matches!(LogFile::open(dir.path()), Err(StoreError::Corrupt(_))));
+        assert!(matches!(LogFile::open(dir.path(), None), Err(StoreError::Corrupt(_))));
     }
 
     #[test]
     fn the_file_is_compacted_once_purged_entries_dominate() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = LogFile::open(dir.path()).unwrap();
+        let mut log = LogFile::open(dir.path(), None).unwrap();
         log.compact_min_dead = 1024;
         log.append((0..100).map(|i| entry(1, i))).unwrap();
         let full = log.file_len();
@@ -461,7 +428,7 @@ mod tests {
         assert_eq!(indexes(&log), (90..100).map(|i| (1, i)).collect::<Vec<_>>());
         log.append([entry(1, 100)]).unwrap();
         drop(log);
-        let log = LogFile::open(dir.path()).unwrap();
+        let log = LogFile::open(dir.path(), None).unwrap();
         assert_eq!(log.purged().map(|p| p.index), Some(89));
         assert_eq!(indexes(&log), (90..101).map(|i| (1, i)).collect::<Vec<_>>());
     }
@@ -469,7 +436,7 @@ mod tests {
     #[test]
     fn a_limited_read_stops_at_the_byte_budget_but_returns_one_entry_at_least() {
         let dir = tempfile::tempdir().unwrap();
-        let mut log = LogFile::open(dir.path()).unwrap();
+        let mut log = LogFile::open(dir.path(), None).unwrap();
         log.append((0..10).map(|i| entry(1, i))).unwrap();
         let one = log.entries[&0].len;
         assert_eq!(log.read(2, 10, 3 * one).unwrap().len(), 3);

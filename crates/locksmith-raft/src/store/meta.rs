@@ -1,8 +1,9 @@
 //! The `meta` file: the vote and the committed log id, apart from the log.
 //!
-//! Layout (like the server's `tokens` file): two 4 KiB slots, each `magic (8) | seq (8) |
-//! len (4) | postcard payload | crc32 of everything before (4)`, little endian. The valid slot
-//! with the higher `seq` wins, so a torn write leaves the other slot to read.
+//! Layout: a [`TwoSlotFile`] (like the server's `tokens` file): two 4 KiB slots, each
+//! `magic (8) | seq (8) | len (4) | postcard payload | crc32 of everything before (4)`, little
+//! endian. The valid slot with the higher `seq` wins, so a torn write leaves the other slot to
+//! read.
 //!
 //! A vote must be on disk before openraft acts on it (a node that forgot its vote could vote
 //! twice in one term): [`MetaFile::save_vote`] syncs. The committed log id only saves re-applying
@@ -11,12 +12,13 @@
 //! keep the last synced vote readable whatever happens to unsynced writes, those never go to the
 //! slot holding it; the next synced write goes to the other slot and then becomes the one kept.
 
-use std::fs::File;
 use std::fs::OpenOptions;
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
+use locksmith_disk::Body;
+use locksmith_disk::SlotFormat;
+use locksmith_disk::TwoSlotFile;
 use serde::Deserialize;
 use serde::Serialize;
 
@@ -24,10 +26,7 @@ use crate::error::StoreError;
 use crate::types::LogId;
 use crate::types::Vote;
 
-const MAGIC: &[u8; 8] = b"LSRAFTM1";
-const SLOT: u64 = 4096;
-const HEAD: usize = 20;
-const MAX_PAYLOAD: usize = SLOT as usize - HEAD - 4;
+const FORMAT: SlotFormat = SlotFormat { magic: *b"LSRAFTM1", body: Body::Prefixed };
 
 /// What the file holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,11 +40,7 @@ pub(crate) struct Meta {
 /// The open file.
 #[derive(Debug)]
 pub(crate) struct MetaFile {
-    file: File,
-    /// Sequence number of the newest write.
-    seq: u64,
-    /// The slot holding the newest synced state; unsynced writes go to the other one.
-    synced_slot: u64,
+    slots: TwoSlotFile,
     current: Meta,
 }
 
@@ -59,24 +54,15 @@ impl MetaFile {
     pub(crate) fn open(path: &Path, fresh: bool) -> Result<Self, StoreError> {
         let file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path)?;
         if fresh && file.metadata()?.len() == 0 {
-            let mut m = Self { file, seq: 0, synced_slot: 1, current: Meta::default() };
+            let mut m = Self { slots: TwoSlotFile::new(file, FORMAT, 0, 1), current: Meta::default() };
             m.write(true)?;
             if let Some(dir) = path.parent() {
-                File::open(dir)?.sync_all()?;
+                locksmith_disk::sync_dir(dir)?;
             }
             return Ok(m);
         }
-        let mut best: Option<(u64, u64, Meta)> = None;
-        for slot in 0..2 {
-            let mut buf = vec![0u8; SLOT as usize];
-            let n = read_up_to(&file, &mut buf, slot * SLOT)?;
-            if let Some((seq, meta)) = decode(&buf[..n]) {
-                if best.as_ref().is_none_or(|(s, _, _)| seq > *s) {
-                    best = Some((seq, slot, meta));
-                }
-            }
-        }
-        let (seq, slot, current) = best.ok_or_else(|| {
+        let newest = TwoSlotFile::read_newest(&file, &FORMAT, |body| postcard::from_bytes::<Meta>(body).ok())?;
+        let newest = newest.ok_or_else(|| {
             StoreError::Corrupt(format!(
                 "{}: no slot of the vote file checks out; without its vote the node could vote twice in a term",
                 path.display()
@@ -84,7 +70,7 @@ impl MetaFile {
         })?;
         // The slot read may be an unsynced write that made it; sync it so it is the one kept.
         file.sync_data()?;
-        Ok(Self { file, seq, synced_slot: slot, current })
+        Ok(Self { slots: TwoSlotFile::new(file, FORMAT, newest.seq, newest.slot), current: newest.value })
     }
 
     /// What the file holds.
@@ -111,58 +97,9 @@ impl MetaFile {
     }
 
     fn write(&mut self, sync: bool) -> io::Result<()> {
-        let slot = 1 - self.synced_slot;
-        let buf = encode(self.seq + 1, &self.current)?;
-        self.file.write_all_at(&buf, slot * SLOT)?;
-        self.seq += 1;
-        if sync {
-            self.file.sync_data()?;
-            self.synced_slot = slot;
-        }
-        Ok(())
+        let payload = postcard::to_stdvec(&self.current).map_err(io::Error::other)?;
+        self.slots.write(&payload, sync)
     }
-}
-
-fn read_up_to(file: &File, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-    let mut n = 0;
-    while n < buf.len() {
-        match file.read_at(&mut buf[n..], offset + n as u64)? {
-            0 => break,
-            k => n += k,
-        }
-    }
-    Ok(n)
-}
-
-fn encode(seq: u64, meta: &Meta) -> io::Result<Vec<u8>> {
-    let payload = postcard::to_stdvec(meta).map_err(io::Error::other)?;
-    if payload.len() > MAX_PAYLOAD {
-        return Err(io::Error::other("vote record too large"));
-    }
-    let mut buf = Vec::with_capacity(HEAD + payload.len() + 4);
-    buf.extend_from_slice(MAGIC);
-    buf.extend_from_slice(&seq.to_le_bytes());
-    buf.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-    buf.extend_from_slice(&payload);
-    let crc = crc32fast::hash(&buf);
-    buf.extend_from_slice(&crc.to_le_bytes());
-    Ok(buf)
-}
-
-fn decode(buf: &[u8]) -> Option<(u64, Meta)> {
-    if buf.len() < HEAD || &buf[..8] != MAGIC {
-        return None;
-    }
-    let seq = u64::from_le_bytes(buf[8..16].try_into().ok()?);
-    let len = u32::from_le_bytes(buf[16..20].try_into().ok()?) as usize;
-    if len > MAX_PAYLOAD || buf.len() < HEAD + len + 4 {
-        return None;
-    }
-    let crc = u32::from_le_bytes(buf[HEAD + len..HEAD + len + 4].try_into().ok()?);
-    if crc32fast::hash(&buf[..HEAD + len]) != crc {
-        return None;
-    }
-    postcard::from_bytes(&buf[HEAD..HEAD + len]).ok().map(|m| (seq, m))
 }
 
 #[cfg(test)]
@@ -190,24 +127,6 @@ mod tests {
         drop(m);
         let m = MetaFile::open(&path, true).unwrap();
         assert_eq!(m.current(), &Meta { vote: Some(vote(3)), committed: Some(log_id(7)) });
-    }
-
-    #[test]
-    fn torn_unsynced_writes_never_lose_the_last_synced_vote() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta");
-        let mut m = MetaFile::open(&path, true).unwrap();
-        m.save_vote(&vote(5)).unwrap();
-        let kept = m.synced_slot;
-        // Unsynced writes, however many, go to the other slot.
-        for i in 0..3 {
-            m.save_committed(Some(log_id(i))).unwrap();
-        }
-        // A crash tore the last of them.
-        m.file.write_all_at(&[0xAB; 30], (1 - kept) * SLOT).unwrap();
-        drop(m);
-        let m = MetaFile::open(&path, true).unwrap();
-        assert_eq!(m.current().vote, Some(vote(5)));
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! - `LOCK`: held with an exclusive file lock while a node runs, so two nodes never share it;
 //! - `meta`: the vote and the committed log id (`meta`), in two checksummed slots;
 //! - `log`: the entries, as appended frames (`log_file`), synced by the sync thread (`sync`)
-//!   before openraft hears they are stored;
+//!   before openraft hears they are stored; a log that ends before the committed entry `meta`
+//!   names is cut, and refused;
 //! - `snapshot`: the newest snapshot of the state machine (`snapshot`).
 //!
 //! A crash loses nothing that was acknowledged: an append is acknowledged after `fdatasync`, a
@@ -12,7 +13,6 @@
 //! restart drops a torn last frame of the log; anything else that does not check out stops the
 //! node with [`StoreError::Corrupt`] and changes nothing.
 
-mod frame;
 mod log_file;
 mod log_store;
 mod meta;
@@ -55,8 +55,12 @@ pub fn open_storage<M: Replicated>(dir: &Path, machine: M) -> Result<(LogStore, 
         // The log is created right after `meta`, before any vote: it was lost.
         return Err(StoreError::Corrupt(format!("{}: a vote but no log", dir.display())));
     }
-    let log = log_file::LogFile::open(dir)?;
     let snapshots = SnapshotStore::open(dir)?;
+    // The log must hold every committed entry the snapshot does not cover: one that ends
+    // before is cut (a torn tail never reaches below what a quorum acknowledged).
+    let covered = snapshots.current().and_then(|s| s.meta.last_log_id);
+    let must_reach = meta.current().committed.filter(|c| Some(c.index) > covered.map(|l| l.index));
+    let log = log_file::LogFile::open(dir, must_reach)?;
     let machine = StateMachine::open(machine, snapshots, lock.clone())?;
     let store = LogStore::new(log, meta, sync::Syncer::spawn()?, lock);
     Ok((store, machine))
@@ -103,6 +107,48 @@ mod tests {
         drop((log, _sm));
         std::fs::remove_file(dir.path().join("log")).unwrap();
         assert!(matches!(open_storage(dir.path(), Bytes::default()), Err(StoreError::Corrupt(_))));
+    }
+
+    /// A log cut below the committed entry `meta` names lost entries a quorum acknowledged:
+    /// refused as damage naming the file and where it ends, and nothing is changed. A torn tail
+    /// above the committed entry is only dropped.
+    #[test]
+    fn a_log_cut_below_the_committed_entry_is_damage_naming_the_file_and_offset() {
+        use openraft::CommittedLeaderId;
+        use openraft::EntryPayload;
+
+        use crate::types::Entry;
+        use crate::types::LogId;
+
+        let id = |index| LogId::new(CommittedLeaderId::new(1, 1), index);
+        let dir = tempfile::tempdir().unwrap();
+        drop(open_storage(dir.path(), Bytes::default()).unwrap());
+        let mut log = log_file::LogFile::open(dir.path(), None).unwrap();
+        log.append((0..6).map(|i| Entry { log_id: id(i), payload: EntryPayload::Blank })).unwrap();
+        let mut meta = meta::MetaFile::open(&dir.path().join("meta"), false).unwrap();
+        meta.save_committed(Some(id(3))).unwrap();
+        drop((log, meta));
+        let path = dir.path().join("log");
+        let used = |bytes: &[u8]| bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+        let whole = std::fs::read(&path).unwrap();
+        let end = used(&whole);
+
+        // Cut inside the last entry's frame: a torn tail, above the committed entry.
+        std::fs::write(&path, &whole[..end - 3]).unwrap();
+        drop(open_storage(dir.path(), Bytes::default()).unwrap());
+
+        // Cut inside the third entry: entry 3 was committed and is gone.
+        let bytes = std::fs::read(&path).unwrap();
+        let cut = &bytes[..used(&bytes) / 2];
+        std::fs::write(&path, cut).unwrap();
+        match open_storage(dir.path(), Bytes::default()) {
+            Err(StoreError::Corrupt(m)) => {
+                assert!(m.contains(&path.display().to_string()), "{m}");
+                assert!(m.contains("ends at offset") && m.contains("was committed"), "{m}");
+            }
+            other => panic!("expected a corrupt log, got {other:?}"),
+        }
+        assert_eq!(std::fs::read(&path).unwrap(), cut, "nothing changed");
     }
 
     #[test]

@@ -4,14 +4,13 @@
 //!
 //! Layout: a 16-byte magic, `meta length: u32 LE | data length: u64 LE | crc32(meta ‖ data):
 //! u32 LE`, the postcard-encoded [`SnapshotMeta`](crate::types::SnapshotMeta), the state
-//! machine's bytes. It is written to `snapshot.tmp`, synced, renamed over `snapshot` and the
-//! directory synced, so `snapshot` is always whole: any mismatch is damage, never a torn write.
+//! machine's bytes. It is installed with [`locksmith_disk::install`] (`snapshot.tmp`, synced,
+//! renamed over `snapshot`, the directory synced), so `snapshot` is always whole: any mismatch
+//! is damage, never a torn write.
 
 use std::fs::File;
-use std::fs::OpenOptions;
 use std::io;
 use std::io::Read;
-use std::io::Write;
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -78,13 +77,7 @@ impl SnapshotStore {
         if current.as_ref().is_some_and(|c| c.meta.last_log_id > snapshot.meta.last_log_id) {
             return Ok(());
         }
-        let tmp = self.dir.join("snapshot.tmp");
-        let mut f = OpenOptions::new().create(true).write(true).truncate(true).open(&tmp)?;
-        f.write_all(&encode(&snapshot)?)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, self.dir.join("snapshot"))?;
-        File::open(&self.dir)?.sync_all()?;
+        locksmith_disk::install(&self.dir, "snapshot", &encode(&snapshot)?, 0)?;
         *current = Some(snapshot);
         Ok(())
     }

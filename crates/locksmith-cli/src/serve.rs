@@ -468,12 +468,14 @@ fn report_server(context: &str, err: &locksmith_server::ServerError) -> ExitCode
 
 /// The exit code for a server failure: a corrupt data directory is [`exit::DATA`], one that
 /// cannot be created or opened [`exit::CANTCREAT`], one in use by another server
-/// [`exit::TEMPFAIL`]; a failed disk or transport are 1.
+/// [`exit::TEMPFAIL`], one without space left [`exit::IOERR`]; another failed disk or the
+/// transport are 1.
 fn server_code_for(err: &locksmith_server::ServerError) -> u8 {
     match err {
         locksmith_server::ServerError::Corrupt(_) => exit::DATA,
         locksmith_server::ServerError::DataDir { .. } => exit::CANTCREAT,
         locksmith_server::ServerError::InUse(_) => exit::TEMPFAIL,
+        locksmith_server::ServerError::NoSpace { .. } => exit::IOERR,
         locksmith_server::ServerError::Config(_) => exit::CONFIG,
         _ => 1,
     }
@@ -495,6 +497,8 @@ mod tests {
         assert_eq!(server_code_for(&ServerError::DataDir { path: "/x".into(), source }), 73);
         assert_eq!(server_code_for(&ServerError::WriterStopped), 1);
         assert_eq!(server_code_for(&ServerError::Io(std::io::Error::other("disk full"))), 1);
+        let full = std::io::Error::from_raw_os_error(28);
+        assert_eq!(server_code_for(&ServerError::NoSpace { path: "/x".into(), source: full }), 74);
     }
 
     #[test]

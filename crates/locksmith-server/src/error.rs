@@ -29,6 +29,21 @@ pub enum ServerError {
         /// Why.
         source: std::io::Error,
     },
+    /// The data directory's file system has no room for what must be written (or a quota or
+    /// the process's file size limit says so): at a start, the compacted log; running, a log
+    /// append or the token floor. Nothing unsynced was acknowledged; start again once space
+    /// is free (the README says how much a start needs).
+    #[error(
+        "no space left for the data directory {}: {source}; free some space and start the server again \
+         (a start needs room for the log's live records)",
+        .path.display()
+    )]
+    NoSpace {
+        /// The data directory.
+        path: PathBuf,
+        /// The I/O error that said so.
+        source: std::io::Error,
+    },
     /// The write-ahead log writer failed (the cause was logged when it happened): no further
     /// grant can be made durable, so none is acknowledged.
     #[error("i/o error: write-ahead log writer has stopped")]
@@ -68,7 +83,9 @@ impl From<ServerError> for locksmith_core::Error {
         let other = |m: String| Error::Io(std::io::Error::other(m));
         match e {
             ServerError::Corrupt(m) => Error::Corrupt(m),
-            e @ (ServerError::InUse(_) | ServerError::DataDir { .. }) => other(e.to_string()),
+            e @ (ServerError::InUse(_) | ServerError::DataDir { .. } | ServerError::NoSpace { .. }) => {
+                other(e.to_string())
+            }
             ServerError::WriterStopped => other("write-ahead log writer has stopped".into()),
             ServerError::Stopped => {
                 Error::Unavailable { backend: "locksmith".into(), message: "lock service stopped".into() }

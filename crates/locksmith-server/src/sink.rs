@@ -98,7 +98,7 @@ impl Sink {
                 Ok(())
             }
             Sink::Cluster(tx) => tx.send((records, msgs, replies)).map_err(|_| ServerError::WriterStopped),
-            Sink::Durable { tx, failed, in_flight, .. } => {
+            Sink::Durable { tx, thread, failed, in_flight, .. } => {
                 let mut msgs = msgs;
                 // Only this task increments, so a zero here means every earlier message is out.
                 if !msgs.is_empty() && in_flight.load(Ordering::Acquire) == 0 && !records.iter().any(Record::needs_sync)
@@ -115,7 +115,11 @@ impl Sink {
                 }
                 let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs, Instant::now())).is_ok());
                 if !sent || failed.load(Ordering::SeqCst) {
-                    return Err(ServerError::WriterStopped);
+                    // The writer's own error says why (a full disk is an exit code of its own).
+                    return Err(match thread.take().map(std::thread::JoinHandle::join) {
+                        Some(Ok(Err(e))) => e,
+                        _ => ServerError::WriterStopped,
+                    });
                 }
                 Ok(())
             }

@@ -12,20 +12,20 @@
 //! (`ServerError::Corrupt`, exit 65) and changes nothing. A cut it cannot see (beyond the synced
 //! length, at a frame boundary) only loses releases and grants the floor covers.
 //!
-//! Layout: two 4 KiB slots, each `magic (8) | seq (8) | floor (8) | log generation (8) |
-//! synced log length (8) | crc32 of the 40 bytes before (4)`, little endian. A write goes to the
-//! slot the newest valid one is not in and is synced, so a torn write leaves the other slot
-//! intact; the valid slot with the higher `seq` wins.
+//! Layout: a [`TwoSlotFile`] (like a cluster node's vote file): two 4 KiB slots, each
+//! `magic (8) | seq (8) | floor (8) | log generation (8) | synced log length (8) | crc32 of the
+//! 40 bytes before (4)`, little endian. A write goes to the slot the newest valid one is not in
+//! and is synced, so a torn write leaves the other slot intact; the valid slot with the higher
+//! `seq` wins.
 
 use std::fs::{File, OpenOptions};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+use locksmith_disk::{Body, SlotFormat, TwoSlotFile};
 
 use crate::error::ServerError;
 
-const MAGIC: &[u8; 8] = b"LSTOKEN1";
-const SLOT: u64 = 4096;
-const LEN: usize = 44;
+const FORMAT: SlotFormat = SlotFormat { magic: *b"LSTOKEN1", body: Body::Fixed(24) };
 
 /// What the file says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,11 +38,25 @@ pub(crate) struct Floor {
     pub(crate) log_synced: u64,
 }
 
+impl Floor {
+    fn encode(&self) -> [u8; 24] {
+        let mut buf = [0u8; 24];
+        for (i, v) in [self.floor, self.log_generation, self.log_synced].into_iter().enumerate() {
+            buf[8 * i..8 * i + 8].copy_from_slice(&v.to_le_bytes());
+        }
+        buf
+    }
+
+    fn decode(body: &[u8]) -> Option<Self> {
+        let word = |i: usize| Some(u64::from_le_bytes(body.get(8 * i..8 * i + 8)?.try_into().ok()?));
+        Some(Self { floor: word(0)?, log_generation: word(1)?, log_synced: word(2)? })
+    }
+}
+
 /// The open file and the newest state written to it.
 #[derive(Debug)]
 pub(crate) struct TokensFile {
-    file: File,
-    seq: u64,
+    slots: TwoSlotFile,
     current: Floor,
 }
 
@@ -57,38 +71,29 @@ impl TokensFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e.into()),
         };
-        let mut best: Option<(u64, Floor)> = None;
-        for slot in 0..2 {
-            let mut buf = [0u8; LEN];
-            if file.read_exact_at(&mut buf, slot * SLOT).is_err() {
-                continue;
-            }
-            if let Some((seq, floor)) = decode(&buf) {
-                if best.is_none_or(|(s, _)| seq > s) {
-                    best = Some((seq, floor));
-                }
-            }
-        }
-        best.map(Some).ok_or_else(|| {
-            ServerError::Corrupt(format!(
+        match TwoSlotFile::read_newest(&file, &FORMAT, Floor::decode)? {
+            Some(newest) => Ok(Some((newest.seq, newest.value))),
+            None => Err(ServerError::Corrupt(format!(
                 "{}: the token floor file is damaged (no slot checks out); without it the server cannot \
                  prove that fencing tokens will not repeat. Restore the data directory from a backup",
                 path.display()
-            ))
-        })
+            ))),
+        }
     }
 
-    /// Creates (or takes over) the file at `path` and writes `state` into it, synced.
+    /// Creates (or takes over) the file at `path`, whose newest write had sequence number
+    /// `seq`, and writes `state` into it, synced.
     ///
     /// # Errors
     /// I/O errors.
-    pub(crate) fn create(path: &Path, seq: u64, state: Floor) -> Result<Self, ServerError> {
+    pub(crate) fn create(path: &Path, seq: u64, state: Floor) -> std::io::Result<Self> {
         let file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(path)?;
-        let mut t = Self { file, seq, current: state };
+        // Every write is synced, so the newest record is in the slot its `seq` names.
+        let mut t = Self { slots: TwoSlotFile::new(file, FORMAT, seq, seq % 2), current: state };
         t.write(state)?;
         if let Some(dir) = path.parent() {
             // The file's own entry in the directory must survive a crash too.
-            File::open(dir)?.sync_all()?;
+            locksmith_disk::sync_dir(dir)?;
         }
         Ok(t)
     }
@@ -102,37 +107,11 @@ impl TokensFile {
     ///
     /// # Errors
     /// I/O errors: the caller must not hand out tokens above the old floor then.
-    pub(crate) fn write(&mut self, state: Floor) -> Result<(), ServerError> {
-        self.seq += 1;
-        let buf = encode(self.seq, state);
-        self.file.write_all_at(&buf, (self.seq % 2) * SLOT)?;
-        self.file.sync_data()?;
+    pub(crate) fn write(&mut self, state: Floor) -> std::io::Result<()> {
+        self.slots.write(&state.encode(), true)?;
         self.current = state;
         Ok(())
     }
-}
-
-fn encode(seq: u64, s: Floor) -> [u8; LEN] {
-    let mut buf = [0u8; LEN];
-    buf[..8].copy_from_slice(MAGIC);
-    for (i, v) in [seq, s.floor, s.log_generation, s.log_synced].into_iter().enumerate() {
-        buf[8 + 8 * i..16 + 8 * i].copy_from_slice(&v.to_le_bytes());
-    }
-    let crc = crc32fast::hash(&buf[..40]);
-    buf[40..].copy_from_slice(&crc.to_le_bytes());
-    buf
-}
-
-fn decode(buf: &[u8; LEN]) -> Option<(u64, Floor)> {
-    if &buf[..8] != MAGIC || crc32fast::hash(&buf[..40]).to_le_bytes() != buf[40..] {
-        return None;
-    }
-    let word = |i: usize| {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&buf[8 + 8 * i..16 + 8 * i]);
-        u64::from_le_bytes(w)
-    };
-    Some((word(0), Floor { floor: word(1), log_generation: word(2), log_synced: word(3) }))
 }
 
 #[cfg(test)]
@@ -143,18 +122,35 @@ mod tests {
         Floor { floor, log_generation: 3, log_synced: 100 }
     }
 
+    /// The previous release's file (the fixture data directory) reads, and writing what it
+    /// says with the same sequence number gives the same bytes: the format did not change.
     #[test]
-    fn the_newest_write_wins_and_survives_a_torn_write_of_the_next() {
+    fn a_file_of_the_previous_release_reads_and_is_written_byte_for_byte_the_same() {
+        let old = include_bytes!("../../locksmith-cli/tests/fixtures/data-dirs/single/tokens");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens");
+        std::fs::write(&path, old).unwrap();
+        let (seq, floor) = TokensFile::read(&path).unwrap().unwrap();
+        assert!(floor.floor >= 3, "{floor:?}");
+        let again = dir.path().join("again");
+        TokensFile::create(&again, seq - 1, floor).unwrap();
+        let slot = (seq % 2) as usize * 4096;
+        assert_eq!(std::fs::read(&again).unwrap()[slot..slot + 44], old[slot..slot + 44]);
+    }
+
+    #[test]
+    fn the_newest_write_wins_after_reopening() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens");
         assert_eq!(TokensFile::read(&path).unwrap(), None);
         let mut t = TokensFile::create(&path, 0, state(1024)).unwrap();
         t.write(state(2048)).unwrap();
-        assert_eq!(TokensFile::read(&path).unwrap().map(|r| r.1), Some(state(2048)));
-        // The next write is torn: its slot holds garbage; the previous state still reads.
-        let next_slot = ((t.seq + 1) % 2) * SLOT;
-        t.file.write_all_at(&[0xAB; 20], next_slot).unwrap();
-        assert_eq!(TokensFile::read(&path).unwrap().map(|r| r.1), Some(state(2048)));
+        drop(t);
+        let (seq, read) = TokensFile::read(&path).unwrap().unwrap();
+        assert_eq!(read, state(2048));
+        let mut t = TokensFile::create(&path, seq, state(4096)).unwrap();
+        t.write(state(8192)).unwrap();
+        assert_eq!(TokensFile::read(&path).unwrap().map(|r| r.1), Some(state(8192)));
     }
 
     #[test]

@@ -34,7 +34,7 @@ pub use mysql::{MySqlServer, MYSQL_SETUP};
 pub use native::NativeServer;
 pub use native_cluster::{write_cluster_secret, NativeCluster};
 pub use native_raw::{RawRefusal, RawSession};
-pub use port::free_port;
+pub use port::{free_port, wait_listening};
 pub use postgres::{PostgresServer, POSTGRES_SETUP};
 pub use process::{spawn, stdout_lines, temp_dir_for_process, ChildProcess, ProcessTempDir};
 pub use process_conformance::CliTarget;

@@ -13,7 +13,7 @@ pub fn free_port() -> u16 {
 }
 
 /// Waits until something accepts TCP connections on `127.0.0.1:port`.
-pub(crate) fn wait_listening(port: u16, timeout: std::time::Duration) -> bool {
+pub fn wait_listening(port: u16, timeout: std::time::Duration) -> bool {
     let until = std::time::Instant::now() + timeout;
     while std::time::Instant::now() < until {
         if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {

@@ -433,6 +433,30 @@ mod tests {
         assert_eq!(indexes(&log), (90..101).map(|i| (1, i)).collect::<Vec<_>>());
     }
 
+    /// The log of the previous release's cluster node (the CLI's fixture) opens, and every
+    /// frame in it is what today's encoder writes for its record: no byte changed on disk.
+    #[test]
+    fn a_log_of_the_previous_release_is_encoded_byte_for_byte_the_same() {
+        let old = include_bytes!("../../../locksmith-cli/tests/fixtures/data-dirs/cluster-node/raft/log");
+        let scan = frame::scan(old, MAGIC.len(), MAX_FRAME).unwrap();
+        assert!(!scan.torn && scan.frames.len() > 5, "{scan:?}");
+        for found in &scan.frames {
+            let record: Record = postcard::from_bytes(found.payload(old)).unwrap();
+            let mut again = Vec::new();
+            let as_written = match &record {
+                Record::Entry(e) => RecordRef::Entry(e),
+                Record::Truncate { since } => RecordRef::Truncate { since: *since },
+                Record::Purge { upto } => RecordRef::Purge { upto: *upto },
+            };
+            encode_record(&as_written, &mut again).unwrap();
+            assert_eq!(again, old[found.at..found.end()], "frame at {}", found.at);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("log"), old).unwrap();
+        let log = LogFile::open(dir.path(), None).unwrap();
+        assert_eq!(log.last_log_id().map(|l| l.index), Some(26));
+    }
+
     #[test]
     fn a_limited_read_stops_at_the_byte_budget_but_returns_one_entry_at_least() {
         let dir = tempfile::tempdir().unwrap();

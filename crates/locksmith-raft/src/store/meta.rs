@@ -129,6 +129,31 @@ mod tests {
         assert_eq!(m.current(), &Meta { vote: Some(vote(3)), committed: Some(log_id(7)) });
     }
 
+    /// The vote file of the previous release's cluster node (the CLI's fixture) reads, and
+    /// writing what it holds with the same sequence number gives the same bytes.
+    #[test]
+    fn a_vote_file_of_the_previous_release_is_written_again_byte_for_byte() {
+        let old = include_bytes!("../../../locksmith-cli/tests/fixtures/data-dirs/cluster-node/raft/meta");
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta");
+        std::fs::write(&path, old).unwrap();
+        let m = MetaFile::open(&path, false).unwrap();
+        assert!(m.current().vote.is_some() && m.current().committed.is_some(), "{:?}", m.current());
+        let newest = TwoSlotFile::read_newest(&std::fs::File::open(&path).unwrap(), &FORMAT, |b| Some(b.len()))
+            .unwrap()
+            .unwrap();
+        // The same record, with the same sequence number, into the same slot of a new file.
+        let again = dir.path().join("again");
+        let file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&again).unwrap();
+        let slots = TwoSlotFile::new(file, FORMAT, newest.seq - 1, 1 - newest.slot);
+        MetaFile { slots, current: m.current().clone() }.write(true).unwrap();
+        let written = std::fs::read(&again).unwrap();
+        let slot = newest.slot as usize * locksmith_disk::SLOT as usize;
+        let len = written.len() - slot;
+        assert!(len > 24, "{len}");
+        assert_eq!(written[slot..slot + len], old[slot..slot + len]);
+    }
+
     #[test]
     fn a_file_with_no_valid_slot_is_corrupt() {
         let dir = tempfile::tempdir().unwrap();

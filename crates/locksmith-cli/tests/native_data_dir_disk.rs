@@ -249,3 +249,18 @@ async fn a_data_dir_without_room_to_start_exits_74_and_opens_once_space_is_back(
     let (_server, port) = start_listening(&data, &[], None);
     assert_continues_above_the_fixture(port).await;
 }
+
+/// A cluster node without room to create its Raft files exits 74 as well, naming the data
+/// directory.
+#[test]
+fn a_cluster_node_data_dir_without_room_to_start_exits_74() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let args = cluster_args(tmp.path());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (mut p, _) = start(&data, &args, Some(16));
+    let (code, stderr) = exit_of(&mut p);
+    assert_eq!(code, Some(74), "{stderr}");
+    assert!(stderr.contains("no space left for the data directory"), "{stderr}");
+    assert!(stderr.contains(&data.display().to_string()), "{stderr}");
+}

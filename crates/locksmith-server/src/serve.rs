@@ -357,6 +357,11 @@ async fn start_raft(
     .map_err(|e| match e {
         locksmith_raft::StartError::Store(locksmith_raft::StoreError::Corrupt(m)) => ServerError::Corrupt(m),
         locksmith_raft::StartError::Store(locksmith_raft::StoreError::InUse(path)) => ServerError::InUse(path),
+        locksmith_raft::StartError::Store(locksmith_raft::StoreError::Io(source))
+            if locksmith_disk::is_no_space(&source) =>
+        {
+            ServerError::NoSpace { path: opts.data_dir.clone(), source }
+        }
         locksmith_raft::StartError::Config(m) => ServerError::Config(m),
         other => ServerError::Failed(format!("raft: {other}")),
     })?;

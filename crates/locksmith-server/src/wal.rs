@@ -100,8 +100,9 @@ impl DataDir {
     /// [`ServerError::Corrupt`] for a log or token floor that does not check out, or a log that
     /// is missing, of another generation or shorter than the floor file says was synced;
     /// [`ServerError::InUse`] when another server holds the directory,
-    /// [`ServerError::DataDir`] when it cannot be created or opened, [`ServerError::Io`] for
-    /// other I/O failures. Nothing in the directory is changed then.
+    /// [`ServerError::DataDir`] when it cannot be created or opened ([`ServerError::NoSpace`]
+    /// when that is for want of space), [`ServerError::Io`] for other I/O failures. Nothing in
+    /// the directory is changed then.
     pub(crate) fn open(path: &Path) -> Result<(Self, Vec<Record>), ServerError> {
         let unusable = |source: std::io::Error| {
             if locksmith_disk::is_no_space(&source) {

@@ -99,6 +99,8 @@
 
 mod config;
 pub mod error;
+#[cfg(feature = "test-fixture")]
+pub mod fixture;
 mod identity;
 mod leadership;
 mod membership;

@@ -272,3 +272,47 @@ async fn a_session_survives_a_failover_within_the_grace_period() {
     }
     cluster.shutdown().await;
 }
+
+/// A follower serves no session: an open is refused with where the leader is.
+#[tokio::test]
+async fn a_follower_refuses_sessions_and_names_the_leader() {
+    let cluster = Cluster::start().await;
+    let leader = cluster.serving(&IDS).await;
+    let follower = others(leader)[0];
+    // The follower learns who leads from the leader's first heartbeat.
+    let deadline = Instant::now() + WITHIN;
+    while cluster.node(follower).service.serving().leader.is_none() {
+        assert!(Instant::now() < deadline, "node {follower} never learned the leader");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let refused = Client::open(&cluster.node(follower).service, None).await.err().expect("a follower opened a session");
+    match refused.body {
+        Some(Answer::Error(e)) => {
+            assert_eq!(e.code, locksmith_proto::error::Code::Unavailable as i32, "{e:?}");
+            assert!(e.message.contains(&locksmith_raft::fixture::addr(leader)), "{}", e.message);
+        }
+        other => panic!("open on a follower: {other:?}"),
+    }
+    cluster.shutdown().await;
+}
+
+/// A leader that was cut off and hears of the new leader steps down: it stops serving and ends
+/// its clients' streams, so they resume on the new leader.
+#[tokio::test]
+async fn a_deposed_leader_steps_down_and_ends_its_streams() {
+    let cluster = Cluster::start().await;
+    let old = cluster.serving(&IDS).await;
+    let mut a = Client::open(&cluster.node(old).service, None).await.unwrap();
+    cluster.router.isolate(old);
+    cluster.serving(&others(old)).await;
+    cluster.router.heal();
+
+    let deadline = Instant::now() + WITHIN;
+    while cluster.node(old).service.serving().serving {
+        assert!(Instant::now() < deadline, "the deposed leader kept serving");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let ended = tokio::time::timeout(WITHIN, async { while a.rx.recv().await.is_some() {} }).await;
+    assert!(ended.is_ok(), "the deposed leader's stream did not end");
+    cluster.shutdown().await;
+}

@@ -61,7 +61,9 @@
 //!   shared with the application as a [`Replica`] behind a mutex;
 //! - [`network`]: the `locksmith.raft.v1.Raft` gRPC service and its client (postcard-encoded
 //!   openraft messages, one lazily connected channel per peer, optional TLS);
-//! - [`RaftNode`] with [`NodeConfig`] and [`Leadership`]: the API the server uses.
+//! - [`RaftNode`] with [`NodeConfig`] and [`Leadership`]: the API the server uses;
+//! - `fixture` (feature `test-fixture`, for tests only): an in-process network (a router with
+//!   cut and slow links) that runs real nodes without sockets or processes.
 //!
 //! # Durability and its cost
 //! An entry is acknowledged to openraft (and so counted towards a quorum) only after
@@ -99,6 +101,8 @@
 
 mod config;
 pub mod error;
+#[cfg(feature = "test-fixture")]
+pub mod fixture;
 mod identity;
 mod leadership;
 mod membership;

@@ -11,6 +11,7 @@ use std::time::Duration;
 use openraft::error::ForwardToLeader;
 use openraft::error::InitializeError;
 use openraft::error::RaftError;
+use openraft::network::RaftNetworkFactory;
 use openraft::BasicNode;
 use openraft::ChangeMembers;
 use openraft::RaftMetrics;
@@ -40,6 +41,7 @@ use crate::types::Command;
 use crate::types::Node;
 use crate::types::NodeId;
 use crate::types::Raft;
+use crate::types::TypeConfig;
 
 /// Largest command [`RaftNode::client_write`] accepts. Batch smaller records into one command
 /// rather than exceeding it: a replication message carries about 1 MiB of entries.
@@ -110,6 +112,28 @@ impl<M: Replicated> RaftNode<M> {
         config: NodeConfig,
         machine: M,
     ) -> Result<Self, StartError> {
+        let (tls, connect_timeout, backoff) = (config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
+        let (routes, secret) = (config.routes.clone(), config.auth.as_ref().map(|a| a.secret.clone()));
+        Self::start_with(id, dir, peers, config, machine, move |identity| {
+            let network =
+                Network::new(id, tls, connect_timeout, backoff, routes).with_secret(secret).with_identity(identity);
+            let contacts = network.contacts();
+            (network, contacts)
+        })
+        .await
+    }
+
+    /// [`start`](Self::start) over the network `network` builds (given the node's identity),
+    /// which reports its peers' answers to the returned contacts: the gRPC [`Network`], or the
+    /// in-process router of the test fixture.
+    pub(crate) async fn start_with<N: RaftNetworkFactory<TypeConfig>>(
+        id: NodeId,
+        dir: impl Into<PathBuf>,
+        peers: BTreeMap<NodeId, String>,
+        config: NodeConfig,
+        machine: M,
+        network: impl FnOnce(Arc<crate::identity::Identity>) -> (N, Contacts),
+    ) -> Result<Self, StartError> {
         if !peers.is_empty() && !peers.contains_key(&id) {
             return Err(StartError::Config(format!("the initial peers do not include this node ({id})")));
         }
@@ -129,16 +153,7 @@ impl<M: Replicated> RaftNode<M> {
             .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
         let replica = sm.replica();
         let identity = Arc::new(crate::identity::Identity::load(&raft_dir)?);
-        let network = Network::new(
-            id,
-            config.tls.clone(),
-            config.connect_timeout,
-            config.unreachable_backoff,
-            config.routes.clone(),
-        )
-        .with_secret(config.auth.as_ref().map(|a| a.secret.clone()))
-        .with_identity(identity.clone());
-        let contacts = network.contacts();
+        let (network, contacts) = network(identity.clone());
         let raft =
             Raft::new(id, openraft_config, network, log, sm).await.map_err(|e| StartError::Raft(e.to_string()))?;
         let initialized = raft.is_initialized().await.map_err(|e| StartError::Raft(e.to_string()))?;

@@ -44,9 +44,13 @@ use crate::types::TypeConfig;
 ///
 /// # Correctness requirements
 ///
-/// - `apply` must be deterministic: every node applies the same commands in the same order and
-///   must reach the same state. Time, randomness or local configuration may only enter through
-///   the command bytes (the leader stamps them).
+/// - `apply` must be deterministic in what it decides: every node applies the same commands in
+///   the same order and must reach the same decisions (who holds what, which counter is where,
+///   which session ended). Whatever decides — time, randomness, local configuration — may only
+///   enter through the command bytes (the leader decides, and writes down what it decided). A
+///   node's own clock may stamp local bookkeeping that decides nothing while the node follows
+///   (the lock server stamps a restored deadline's start: see its `ReplicaMachine`), so replicas
+///   may differ in those stamps, never in a decision.
 /// - `apply` is infallible: a command the state machine cannot use must be ignored the same way
 ///   on every node (it is committed, and will be applied again on every restart).
 /// - `install(snapshot())` must reproduce the state exactly.

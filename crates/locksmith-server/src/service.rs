@@ -388,13 +388,8 @@ impl Actor {
                     return;
                 }
             };
-            let t = now();
-            let mut machine = Machine::restore(self.machine.limits().clone(), records, t);
-            machine.extend_sessions(t, node.failover_time());
-            // Only the new epoch is news to the log; it must be committed before a session id
-            // of this epoch is handed out.
-            let boot: Vec<Record> =
-                machine.take_records().into_iter().filter(|r| matches!(r, Record::Boot { .. })).collect();
+            let limits = self.machine.limits().clone();
+            let (machine, boot) = crate::cluster::takeover(limits, records, now(), node.failover_time());
             if let Err(e) = node.client_write(crate::cluster::encode(&boot)).await {
                 tracing::warn!(error = %e, "could not commit the new leader's epoch; not serving yet");
                 if let Some(role) = self.cluster.as_mut() {

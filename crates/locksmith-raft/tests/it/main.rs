@@ -3,6 +3,7 @@
 
 mod cluster;
 mod common;
+mod fixture;
 mod node;
 mod node_auth;
 mod storage_suite;

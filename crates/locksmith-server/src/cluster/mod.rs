@@ -11,8 +11,9 @@
 //! node does from its log: a new epoch (committed before it serves), sessions restored with
 //! their holds and at least a full TTL — and no less than a fail-over's worth — before any can
 //! expire (Chubby's grace period: a client that renewed in time never loses its lock to a
-//! fail-over), queued waiters re-sent by the clients as they resume, tokens above the floor. A
-//! node that stops leading ends its streams; its clients resume their sessions on the new leader.
+//! fail-over), queued waiters re-sent by the clients as they resume, tokens above the floor
+//! ([`takeover`], a pure function). A node that stops leading ends its streams; its clients
+//! resume their sessions on the new leader.
 //!
 //! Membership (`admin`): any node shows its view of the cluster, and the leader adds and
 //! removes nodes (`locksmith cluster status|add|remove`) through the `locksmith.v1.Cluster`
@@ -21,9 +22,11 @@
 pub(crate) mod admin;
 pub(crate) mod committer;
 mod replica;
+mod takeover;
 
 pub(crate) use replica::encode;
 pub use replica::ReplicaMachine;
+pub use takeover::takeover;
 
 use std::collections::BTreeMap;
 

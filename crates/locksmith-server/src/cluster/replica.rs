@@ -1,9 +1,17 @@
 //! The committed state every node of a cluster keeps: the same [`Machine`] a single node runs,
 //! applying the records the leader decided, in log order, through the one `apply` a single node
 //! uses to replay its write-ahead log. A replica never reads its clock to decide anything: it
-//! never ticks, so no session expires and no lock is handed over on a follower; the times
-//! `apply` stamps (deadlines, lock-delays) only matter once the node leads, when they are
-//! set afresh (see `crate::service`).
+//! never ticks, so no session expires and no lock is handed over on a follower.
+//!
+//! It does read its clock (`Instant::now()` in `apply` and `install`) to stamp what `apply`
+//! measures from "now": a session's deadline (`now + ttl`) and a lock-delay's end
+//! (`now + delay`). Those stamps decide nothing while the node follows, and differ from node
+//! to node by when each applied the record. They matter once the node leads: the takeover
+//! ([`takeover`](super::takeover)) gives every session a fresh deadline, but a lock-delay
+//! carries over as what is left of it by this node's stamp — which runs from when this node
+//! applied the record, never before the leader decided it, so it errs long, never short. Stamping
+//! them with the leader's time instead would put a time in every record: a change of the log
+//! format, on disk and on the wire.
 
 use std::time::{Duration, Instant};
 

@@ -136,7 +136,7 @@ impl<M: Replicated> RaftNode<M> {
             config.unreachable_backoff,
             config.routes.clone(),
         )
-        .with_secret(config.auth.as_ref().map(|a| a.secret.clone()))
+        .with_secret(config.auth.as_ref().and_then(|a| a.secret.clone()))
         .with_identity(identity.clone());
         let contacts = network.contacts();
         let raft =

@@ -148,7 +148,7 @@ fn view(c: &NativeCluster, backend: Option<&str>) -> (u64, u64, Vec<u64>) {
         .as_array()
         .map(|n| n.iter().filter(|n| n["voter"] == true).filter_map(|n| n["id"].as_u64()).collect())
         .unwrap_or_default();
-    (s["term"].as_u64().unwrap_or(0), s["leader_id"].as_u64().unwrap_or(0), voters)
+    (s["term"].as_u64().unwrap_or(0), s["leader"].as_u64().unwrap_or(0), voters)
 }
 
 fn stderr(o: &Output) -> String {
@@ -634,4 +634,79 @@ async fn over_mutual_tls_a_client_certificate_is_no_node() {
         }
     }
     assert_eq!(view(&c, None), before, "the cluster's term, leader or voters changed");
+}
+
+/// The README's rolling upgrade from a TLS cluster authenticated by the secret (its nodes'
+/// certificates signed by the clients' CA) to node certificates: three rounds of restarts, one
+/// node at a time; a lock held throughout stays held with its token, every node hears the
+/// leader after each restart, and at the end the cluster elects a new leader and grants with
+/// node certificates doing the talking.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_certificates_are_turned_on_in_a_running_tls_cluster_one_node_at_a_time() {
+    let certs = TestCerts::with_nodes(&[1, 2, 3]);
+    let path = |p: &std::path::Path| p.display().to_string();
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{e}"));
+    let both = certs.dir().join("both-cas.pem");
+    std::fs::write(&both, read(&certs.ca()) + &read(&certs.peer_ca())).unwrap_or_else(|e| panic!("{e}"));
+    let (ca, both) = (path(&certs.ca()), path(&both));
+    let (old_cert, old_key) = (path(&certs.node_cert()), path(&certs.node_key()));
+    let query = format!("tls=true&ca={both}&cert={}&key={}", path(&certs.client_cert()), path(&certs.client_key()));
+    let mut c = NativeCluster::start_with(
+        BIN.as_ref(),
+        3,
+        &["--tls-cert", &old_cert, "--tls-key", &old_key, "--client-ca", &ca],
+        Some(&query),
+    );
+    let holder = locksmith::connect_with_ttl(&c.url(), Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    let guard = holder.lock("upgraded").await.unwrap_or_else(|e| panic!("{e}"));
+    let token = guard.token();
+    // Each restarted node must hear a leader again before the next one goes.
+    let rejoined = |c: &NativeCluster, id: u64| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let out = c.cluster_command(&["status", "--json"], Some(&c.only_node_url(id)));
+            let leader = serde_json::from_slice::<Value>(&out.stdout).ok().and_then(|s| s["leader"].as_u64());
+            if leader.is_some_and(|l| l != 0) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "node {id} hears no leader: {} {}\n{}",
+                String::from_utf8_lossy(&out.stdout),
+                stderr(&out),
+                c.log(id)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let rounds: [(&[&str], bool); 3] = [
+        // 1. Every node trusts the nodes' CA too.
+        (&["--tls-cert", &old_cert, "--tls-key", &old_key, "--client-ca", &both], false),
+        // 2. Node certificates, still accepting peers that present the old ones (with the secret).
+        (&["--client-ca", &both, "--accept-unauthenticated-peers"], true),
+        // 3. Node certificates and the secret, both demanded.
+        (&["--client-ca", &ca], true),
+    ];
+    for (round, (args, node_certs)) in rounds.iter().enumerate() {
+        c.set_serve_args(args);
+        if *node_certs {
+            c.set_node_certs(&certs, true);
+        }
+        for id in c.ids() {
+            c.restart(id);
+            rejoined(&c, id);
+        }
+        assert!(guard.is_held(), "the holder lost its lock in round {}", round + 1);
+    }
+    let status = holder.status(Some("upgraded")).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(status.first().map(|s| s.last_token), Some(token), "{status:?}");
+    guard.unlock().await.unwrap_or_else(|e| panic!("{e}"));
+    // The last configuration elects and grants on its own.
+    let leader = c.wait_for_leader(Duration::from_secs(10));
+    c.kill9(leader);
+    let next_leader = c.wait_for_leader(Duration::from_secs(20));
+    assert_ne!(next_leader, leader);
+    let after = holder.lock("upgraded").await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(after.token() > token, "token {} after {token}", after.token());
+    let _ = after.unlock().await;
 }

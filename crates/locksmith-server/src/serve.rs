@@ -357,13 +357,21 @@ async fn start_raft(
     }
     let mut config = locksmith_raft::NodeConfig::default();
     if let Some(tls) = &opts.tls {
-        let ca = tls.peer_ca.as_ref().or(tls.client_ca.as_ref()).ok_or_else(|| {
-            ServerError::Config(
-                "a cluster over TLS needs --peer-ca (the authority of the node certificates; each node's --tls-cert \
-                 its node certificate) or at least --client-ca and --cluster-secret-file"
-                    .into(),
-            )
-        })?;
+        let ca = match (&tls.peer_ca, &tls.client_ca) {
+            // While upgrading to node certificates, the peers not yet restarted still serve the
+            // certificates the clients' CA signed.
+            (Some(peer), Some(client)) if cluster.accept_unauthenticated_peers => {
+                [&peer[..], b"\n", &client[..]].concat()
+            }
+            (Some(ca), _) | (None, Some(ca)) => ca.clone(),
+            (None, None) => {
+                return Err(ServerError::Config(
+                    "a cluster over TLS needs --peer-ca (the authority of the node certificates; each node's \
+                     --tls-cert its node certificate) or at least --client-ca and --cluster-secret-file"
+                        .into(),
+                ))
+            }
+        };
         config.tls = Some(
             tonic::transport::ClientTlsConfig::new()
                 .ca_certificate(tonic::transport::Certificate::from_pem(ca))

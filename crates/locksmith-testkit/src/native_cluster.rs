@@ -319,6 +319,19 @@ impl NativeCluster {
         }
     }
 
+    /// Replaces the extra `serve` arguments nodes get from their next (re)start on: nodes
+    /// restarted one at a time change their configuration as in a rolling upgrade.
+    pub fn set_serve_args(&mut self, serve_args: &[&str]) {
+        self.serve_args = serve_args.iter().map(|a| a.to_string()).collect();
+    }
+
+    /// From the next (re)start on, nodes serve with their node certificates of `certs`, as with
+    /// [`NativeCluster::start_with_node_certs`] (with `secret`, the cluster secret too).
+    pub fn set_node_certs(&mut self, certs: &crate::TestCerts, secret: bool) {
+        self.node_certs =
+            Some(NodeCerts { peer_ca: certs.peer_ca(), dir: certs.dir().to_path_buf(), with_secret: secret });
+    }
+
     /// The cluster secret file every node was given (`--cluster-secret-file`).
     pub fn secret_file(&self) -> &Path {
         &self.secret

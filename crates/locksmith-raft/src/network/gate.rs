@@ -87,7 +87,7 @@ impl NodeAuth {
     }
 
     /// Authentication by node certificates signed by `peer_ca`, refusing every call without one
-    /// that names its sender. Add a secret with [`NodeAuth::secret`] to demand both.
+    /// that names its sender. Add a secret with [`NodeAuth::secret()`] to demand both.
     pub fn certificates(peer_ca: PeerCa) -> Self {
         Self { secret: None, peer_ca: Some(peer_ca), accept_unauthenticated: false, on_refused: None }
     }

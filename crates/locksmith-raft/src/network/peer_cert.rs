@@ -7,8 +7,12 @@
 //! chain is checked again here against the peer CA alone: a client certificate is never a node's,
 //! whatever names it carries.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::Mutex;
+use std::time::Duration;
+use std::time::Instant;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
@@ -33,7 +37,19 @@ pub const NODE_URI_SCHEME: &str = "locksmith-node";
 #[derive(Clone)]
 pub struct PeerCa {
     verifier: Arc<dyn ClientCertVerifier>,
+    /// Chains verified lately (SHA-256 of the chain → node id, when): every Raft call of a
+    /// connection presents the same chain, and a signature check per heartbeat and append would
+    /// cost more CPU than the call.
+    verified: Arc<Mutex<Verified>>,
 }
+
+/// SHA-256 of a chain → the node it names, and when it was verified.
+type Verified = HashMap<[u8; 32], (NodeId, Instant)>;
+
+/// How long a verified chain is taken without checking it again (its expiry included).
+const VERIFIED_FOR: Duration = Duration::from_secs(60);
+/// Chains remembered at most (a cluster has a few nodes); beyond, the memory starts afresh.
+const MAX_VERIFIED: usize = 64;
 
 impl fmt::Debug for PeerCa {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -80,7 +96,7 @@ impl PeerCa {
         let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
             .build()
             .map_err(|e| format!("unusable as a CA: {e}"))?;
-        Ok(Self { verifier })
+        Ok(Self { verifier, verified: Arc::default() })
     }
 
     /// The node id `chain` (leaf first, as TLS presents it) proves: the leaf must chain to this
@@ -90,10 +106,23 @@ impl PeerCa {
     /// See [`PeerCertError`].
     pub fn node_id(&self, chain: &[CertificateDer<'_>]) -> Result<NodeId, PeerCertError> {
         let (leaf, intermediates) = chain.split_first().ok_or(PeerCertError::Missing)?;
+        let key = chain_digest(chain);
+        let now = Instant::now();
+        let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((id, at)) = verified.get(&key) {
+            if now.duration_since(*at) < VERIFIED_FOR {
+                return Ok(*id);
+            }
+        }
         self.verifier
             .verify_client_cert(leaf, intermediates, UnixTime::now())
             .map_err(|e| PeerCertError::NotSigned(e.to_string()))?;
-        node_id_of(leaf)
+        let id = node_id_of(leaf)?;
+        if verified.len() >= MAX_VERIFIED {
+            verified.clear();
+        }
+        verified.insert(key, (id, now));
+        Ok(id)
     }
 
     /// [`PeerCa::node_id`] of a PEM certificate chain (a node checking its own `--tls-cert`).
@@ -106,6 +135,18 @@ impl PeerCa {
             .map_err(|e| PeerCertError::Unparsable(e.to_string()))?;
         self.node_id(&chain)
     }
+}
+
+/// SHA-256 over the chain's certificates, each preceded by its length.
+fn chain_digest(chain: &[CertificateDer<'_>]) -> [u8; 32] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for cert in chain {
+        ctx.update(&(cert.len() as u64).to_be_bytes());
+        ctx.update(cert.as_ref());
+    }
+    let mut out = [0; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
 }
 
 /// The node id a certificate's SAN URI names (its signature not checked: see [`PeerCa::node_id`]).

@@ -26,6 +26,10 @@ pub use locksmith_cli_common::DurabilityArg;
                                                     # one node of a new 3-node cluster (README: A cluster)
   locksmith serve --listen 10.0.0.4:7531 --node-id 4 --join --cluster-secret-file /etc/locksmith/cluster.secret …
                                                     # a node that waits for `locksmith cluster add 4 10.0.0.4:7531`
+  locksmith serve --listen 10.0.0.1:7531 --node-id 1 --peers … --tls-cert node1.pem --tls-key node1.key \
+                  --peer-ca nodes-ca.pem --client-ca clients-ca.pem
+                                                    # a TLS cluster whose nodes prove their ids by certificate
+                                                    # (node1.pem: SAN URI locksmith-node://prod/1; README: A cluster)
 Beyond loopback, --listen needs --client-ca (clients authenticated by certificate) or
 --insecure-listen-anywhere.
 
@@ -61,6 +65,15 @@ pub struct ServeArgs {
     /// `&cert=FILE&key=FILE`. Needs `--tls-cert`.
     #[arg(long, env = "LOCKSMITH_CLIENT_CA", requires = "tls_cert", value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
+    /// The CA of node certificates (PEM), for a cluster over TLS: keep it apart from
+    /// --client-ca. A node then serves and dials its peers with --tls-cert as its node
+    /// certificate — signed by this CA, for server and client use, with the SAN URI
+    /// `locksmith-node://CLUSTER/ID` (ID this node's --node-id, CLUSTER any name) — and accepts
+    /// Raft calls and membership changes only from a peer whose certificate this CA signed and
+    /// that names the calling node. Needs --node-id and --tls-cert; with --cluster-secret-file
+    /// too, both are checked.
+    #[arg(long, env = "LOCKSMITH_PEER_CA", requires_all = ["tls_cert", "node_id"], value_name = "FILE")]
+    pub peer_ca: Option<PathBuf>,
     /// Listen on an address other hosts can reach although no client is authenticated (no
     /// `--client-ca`): anyone who reaches the port can take and hold locks. Without this flag
     /// such a `--listen` is refused.
@@ -144,15 +157,16 @@ pub struct ServeArgs {
     #[arg(long, env = "LOCKSMITH_ROUTES", value_name = "ID=HOST:PORT,…", requires = "node_id", value_parser = peers_arg)]
     pub routes: Option<Peers>,
     /// The cluster secret, a file every node of the cluster is given (the same one): nodes prove
-    /// every Raft call with it, and refuse calls without a valid proof. Required with --node-id;
-    /// at least 16 bytes, e.g. `head -c 32 /dev/urandom | base64 > FILE`, readable by this user
+    /// every Raft call with it, and refuse calls without a valid proof. Required with --node-id
+    /// unless --peer-ca is given (then both are checked); at least 16 bytes, e.g. `head -c 32 /dev/urandom | base64 > FILE`, readable by this user
     /// only. Never logged.
     #[arg(long, env = "LOCKSMITH_CLUSTER_SECRET_FILE", value_name = "FILE", requires = "node_id")]
     pub cluster_secret_file: Option<PathBuf>,
-    /// Also accept Raft calls that carry no node proof (a wrong proof is still refused): only
+    /// Also accept Raft calls that carry no node credential — no node proof, no node certificate
+    /// (a wrong proof, or a peer-CA certificate naming another node, is still refused): only
     /// while turning node authentication on in a running cluster, one node at a time (README:
-    /// "Turning node authentication on in a running cluster"). Needs --cluster-secret-file.
-    #[arg(long, env = "LOCKSMITH_ACCEPT_UNAUTHENTICATED_PEERS", requires = "cluster_secret_file")]
+    /// "Turning node authentication on in a running cluster"). Needs --node-id.
+    #[arg(long, env = "LOCKSMITH_ACCEPT_UNAUTHENTICATED_PEERS", requires = "node_id")]
     pub accept_unauthenticated_peers: bool,
     /// Holds plus queued acquires of one session.
     #[arg(long, env = "LOCKSMITH_MAX_ENTRIES_PER_SESSION", value_name = "N", default_value_t = lock_limits().max_entries_per_session as u64, value_parser = clap::value_parser!(u64).range(1..))]
@@ -248,6 +262,9 @@ impl ServeArgs {
         if let Some(ca) = &self.client_ca {
             tls = tls.client_ca(read("--client-ca", ca)?);
         }
+        if let Some(ca) = &self.peer_ca {
+            tls = tls.peer_ca(read("--peer-ca", ca)?);
+        }
         Ok(Some(tls))
     }
 }
@@ -303,11 +320,16 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
     // No cluster without node authentication, loopback included: any local process could
     // otherwise speak Raft to the node and rewrite the cluster.
     let secret = match (&args.node_id, &args.cluster_secret_file) {
-        (Some(_), None) => {
+        (Some(_), None) if args.peer_ca.is_none() => {
+            let certs = if args.tls_cert.is_some() {
+                " or --peer-ca FILE (the CA of node certificates; --tls-cert then this node's node certificate)"
+            } else {
+                ""
+            };
             eprintln!(
                 "locksmith serve: a cluster node needs node authentication: add --cluster-secret-file FILE, the same \
-                 file on every node (create it once with `umask 077; head -c 32 /dev/urandom | base64 > FILE`; \
-                 README: A cluster)"
+                 file on every node (create it once with `umask 077; head -c 32 /dev/urandom | base64 > FILE`){certs}; \
+                 README: A cluster"
             );
             return ExitCode::from(exit::CONFIG);
         }
@@ -318,7 +340,7 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
                 return ExitCode::from(exit::CONFIG);
             }
         },
-        (None, None) => None,
+        (_, None) => None,
     };
     let auth = match args.auth.as_ref().map(locksmith_server::auth::Auth::load).transpose() {
         Ok(auth) => auth,

@@ -55,7 +55,9 @@ pub struct NodeConfig {
     /// [`RaftNode::start`](crate::RaftNode::start), it may only name nodes among them.
     pub routes: BTreeMap<NodeId, String>,
     /// Node authentication: the cluster secret that proves this node's calls and checks its
-    /// peers'. `None` trusts every caller of the Raft service, which lets anyone who reaches it
+    /// peers', and/or the peer CA of node certificates (then [`tls`](Self::tls) must present
+    /// this node's node certificate, and the router must serve TLS asking for client
+    /// certificates of that CA). `None` trusts every caller of the Raft service, which lets anyone who reaches it
     /// rewrite the cluster's state: only for tests on a private network.
     pub auth: Option<crate::network::NodeAuth>,
 }

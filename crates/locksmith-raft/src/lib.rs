@@ -125,6 +125,8 @@ pub use membership::Member;
 pub use membership::Removed;
 pub use membership::Role;
 pub use network::NodeAuth;
+pub use network::PeerCa;
+pub use network::PeerCertError;
 pub use network::Refusal;
 pub use node::RaftNode;
 pub use node::MAX_COMMAND;

@@ -51,12 +51,17 @@ pub struct ServerTls {
     pub key: Vec<u8>,
     /// Authorities whose client certificates are accepted, PEM; `Some` makes one required.
     pub client_ca: Option<Vec<u8>>,
+    /// The authority of node certificates (a cluster's `--peer-ca`), PEM: peers present one
+    /// that names their node id, and `cert` must be this node's own. Its certificates are also
+    /// accepted in the handshake (optional for clients when there is no `client_ca`), but only
+    /// the Raft and membership services take them as a node's.
+    pub peer_ca: Option<Vec<u8>>,
 }
 
 impl ServerTls {
     /// TLS with `cert` and `key` (PEM); no client certificates asked for.
     pub fn new(cert: Vec<u8>, key: Vec<u8>) -> Self {
-        Self { cert, key, client_ca: None }
+        Self { cert, key, client_ca: None, peer_ca: None }
     }
 
     /// Require a client certificate signed by one of `ca` (PEM).
@@ -66,19 +71,33 @@ impl ServerTls {
         self
     }
 
+    /// Node certificates signed by `ca` (PEM): see [`ServerTls::peer_ca`](Self#structfield.peer_ca).
+    #[must_use]
+    pub fn peer_ca(mut self, ca: Vec<u8>) -> Self {
+        self.peer_ca = Some(ca);
+        self
+    }
+
     fn config(&self) -> tonic::transport::ServerTlsConfig {
         use tonic::transport::{Certificate, Identity, ServerTlsConfig};
         let config = ServerTlsConfig::new().identity(Identity::from_pem(&self.cert, &self.key));
-        match &self.client_ca {
-            Some(ca) => config.client_ca_root(Certificate::from_pem(ca)),
-            None => config,
+        match (&self.client_ca, &self.peer_ca) {
+            (Some(ca), None) => config.client_ca_root(Certificate::from_pem(ca)),
+            // One handshake for clients and nodes: either authority's certificate passes it; the
+            // Raft gate then checks a node's against the peer CA alone.
+            (Some(ca), Some(peer)) => config.client_ca_root(Certificate::from_pem([&ca[..], b"\n", peer].concat())),
+            (None, Some(peer)) => config.client_ca_root(Certificate::from_pem(peer)).client_auth_optional(true),
+            (None, None) => config,
         }
     }
 }
 
 impl std::fmt::Debug for ServerTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerTls").field("client_ca", &self.client_ca.is_some()).finish_non_exhaustive()
+        f.debug_struct("ServerTls")
+            .field("client_ca", &self.client_ca.is_some())
+            .field("peer_ca", &self.peer_ca.is_some())
+            .finish_non_exhaustive()
     }
 }
 
@@ -188,10 +207,11 @@ pub async fn serve(
         })?;
     }
     let mut raft = None;
+    let peer_ca = peer_ca(&opts)?;
     let (service, mut task) = match &opts.cluster {
         None => Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?,
         Some(cluster) => {
-            let node = start_raft(&opts, cluster).await?;
+            let node = start_raft(&opts, cluster, peer_ca.clone()).await?;
             let (service, task) = Service::start_cluster(node.clone(), opts.limits.clone());
             raft = Some(node);
             (service, task)
@@ -228,6 +248,7 @@ pub async fn serve(
             raft.clone(),
             opts.auth.clone(),
             opts.cluster.as_ref().and_then(|c| c.secret.clone()),
+            peer_ca.clone(),
         ))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
@@ -297,12 +318,37 @@ pub async fn serve(
     served
 }
 
+/// The peer CA of `opts`, checked: usable, and this node's own certificate a node certificate
+/// it signed naming this node (else peers would refuse every call of this node).
+fn peer_ca(opts: &ServeOptions) -> Result<Option<locksmith_raft::PeerCa>, ServerError> {
+    let Some(tls) = &opts.tls else { return Ok(None) };
+    let Some(pem) = &tls.peer_ca else { return Ok(None) };
+    let ca = locksmith_raft::PeerCa::from_pem(pem).map_err(|e| ServerError::Config(format!("--peer-ca: {e}")))?;
+    let Some(cluster) = &opts.cluster else {
+        return Err(ServerError::Config("--peer-ca is for the nodes of a cluster (with --node-id)".into()));
+    };
+    match ca.node_id_pem(&tls.cert) {
+        Ok(id) if id == cluster.node_id => Ok(Some(ca)),
+        Ok(id) => Err(ServerError::Config(format!(
+            "--tls-cert is the node certificate of node {id}, this is node {} (with --peer-ca, --tls-cert must be \
+             this node's certificate: SAN URI locksmith-node://CLUSTER/{})",
+            cluster.node_id, cluster.node_id
+        ))),
+        Err(e) => Err(ServerError::Config(format!(
+            "with --peer-ca, --tls-cert must be this node's certificate, signed by the peer CA, for server and client \
+             use, with the SAN URI locksmith-node://CLUSTER/{}: {e}",
+            cluster.node_id
+        ))),
+    }
+}
+
 /// Starts this node's Raft node in `<data-dir>/raft`; over TLS to its peers when the server
-/// serves TLS (its own certificate as the client certificate, its `--client-ca` as the peers'
-/// authority: every node's certificate must be signed by it).
+/// serves TLS (its own certificate as the client certificate; the peers' authority is its
+/// `--peer-ca`, or without one its `--client-ca`: every node's certificate must be signed by it).
 async fn start_raft(
     opts: &ServeOptions,
     cluster: &crate::cluster::ClusterOptions,
+    peer_ca: Option<locksmith_raft::PeerCa>,
 ) -> Result<std::sync::Arc<locksmith_raft::RaftNode<crate::cluster::ReplicaMachine>>, ServerError> {
     if opts.durability != Durability::Grants {
         return Err(ServerError::Config(
@@ -311,13 +357,21 @@ async fn start_raft(
     }
     let mut config = locksmith_raft::NodeConfig::default();
     if let Some(tls) = &opts.tls {
-        let ca = tls.client_ca.as_ref().ok_or_else(|| {
-            ServerError::Config(
-                "a cluster over TLS needs --client-ca: the authority that signed every node's certificate (nodes \
-                 authenticate each other with them)"
-                    .into(),
-            )
-        })?;
+        let ca = match (&tls.peer_ca, &tls.client_ca) {
+            // While upgrading to node certificates, the peers not yet restarted still serve the
+            // certificates the clients' CA signed.
+            (Some(peer), Some(client)) if cluster.accept_unauthenticated_peers => {
+                [&peer[..], b"\n", &client[..]].concat()
+            }
+            (Some(ca), _) | (None, Some(ca)) => ca.clone(),
+            (None, None) => {
+                return Err(ServerError::Config(
+                    "a cluster over TLS needs --peer-ca (the authority of the node certificates; each node's \
+                     --tls-cert its node certificate) or at least --client-ca and --cluster-secret-file"
+                        .into(),
+                ))
+            }
+        };
         config.tls = Some(
             tonic::transport::ClientTlsConfig::new()
                 .ca_certificate(tonic::transport::Certificate::from_pem(ca))
@@ -325,22 +379,30 @@ async fn start_raft(
         );
     }
     config.routes = cluster.routes.clone();
-    let secret = cluster.secret.clone().ok_or_else(|| {
-        ServerError::Config(
-            "a cluster needs node authentication: give every node the same --cluster-secret-file (without it any \
-             process that reaches the port could speak Raft and rewrite the cluster)"
-                .into(),
-        )
-    })?;
+    let auth = match (cluster.secret.clone(), peer_ca) {
+        (Some(secret), None) => locksmith_raft::NodeAuth::new(secret),
+        (None, Some(ca)) => locksmith_raft::NodeAuth::certificates(ca),
+        (Some(secret), Some(ca)) => locksmith_raft::NodeAuth::certificates(ca).secret(secret),
+        (None, None) => {
+            let add = if opts.tls.is_some() {
+                "--peer-ca (with each node's --tls-cert its node certificate) or --cluster-secret-file"
+            } else {
+                "the same --cluster-secret-file on every node"
+            };
+            return Err(ServerError::Config(format!(
+                "a cluster needs node authentication: add {add} (without it any process that reaches the port could \
+                 speak Raft and rewrite the cluster)"
+            )));
+        }
+    };
     config.auth = Some(
-        locksmith_raft::NodeAuth::new(secret)
-            .accept_unauthenticated(cluster.accept_unauthenticated_peers)
+        auth.accept_unauthenticated(cluster.accept_unauthenticated_peers)
             .on_refused(|r| crate::telemetry::raft_refused(r.call, r.reason)),
     );
     if cluster.accept_unauthenticated_peers {
         tracing::warn!(
-            "accepting raft calls without a node proof (--accept-unauthenticated-peers): only while upgrading a \
-             running cluster; restart without it once every node has --cluster-secret-file"
+            "accepting raft calls without node credentials (--accept-unauthenticated-peers): only while upgrading \
+             a running cluster; restart without it once every node has its node certificate or cluster secret"
         );
     }
     std::fs::create_dir_all(&opts.data_dir)

@@ -48,7 +48,8 @@ pub const CONNECTIONS_ACCEPTED: &str = "locksmith_server_connections_accepted_to
 pub const ACCEPT_ERRORS: &str = "locksmith_server_accept_errors_total";
 /// Raft and membership calls refused because they did not come from a node of the cluster (or,
 /// for membership changes, from an admin), by `call` and `reason` (`no_proof`, `bad_proof`,
-/// `not_a_member`, `wrong_sender`, `wrong_message`, `bad_term`, `not_admin`).
+/// `no_node_cert`, `bad_node_cert`, `not_a_member`, `wrong_sender`, `wrong_message`, `bad_term`,
+/// `foreign_cluster`, `not_admin`).
 pub const RAFT_REFUSED: &str = "locksmith_server_raft_refused_total";
 /// Seconds one write-ahead log sync took (histogram).
 pub const WAL_SYNC_SECONDS: &str = "locksmith_server_wal_sync_seconds";

@@ -1,12 +1,15 @@
 //! Certificates for secured test servers, made by the test itself (rcgen, ring): a CA, a server
 //! certificate for `localhost` and `127.0.0.1` signed by it (also usable as a client
 //! certificate: a cluster node presents it when it dials its peers), a client certificate signed by it,
-//! and a second, unrelated CA for "wrong CA" tests. Written as PEM files into a temp dir that
-//! lives as long as the value.
+//! and a second, unrelated CA for "wrong CA" tests; with [`TestCerts::with_nodes`] also a peer CA
+//! and its node certificates (SAN URI `locksmith-node://test/ID`, `locksmith serve --peer-ca`).
+//! Written as PEM files into a temp dir that lives as long as the value.
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose, SanType,
+};
 
 /// PEM files of one test PKI.
 #[derive(Debug)]
@@ -20,6 +23,18 @@ impl TestCerts {
     /// # Panics
     /// When generating or writing fails (a test helper).
     pub fn generate() -> Self {
+        Self::with_nodes(&[])
+    }
+
+    /// [`TestCerts::generate`], plus a peer CA (a CA of its own, apart from the clients') and a
+    /// node certificate for each of `ids` signed by it ([`TestCerts::node_cert_of`]: SANs
+    /// `localhost`, `127.0.0.1` and `locksmith-node://test/ID`, server and client usage), and a
+    /// client certificate of the clients' CA that claims node 1 by the same SAN URI
+    /// ([`TestCerts::client_as_node_cert`]).
+    ///
+    /// # Panics
+    /// As [`TestCerts::generate`].
+    pub fn with_nodes(ids: &[u64]) -> Self {
         let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("temp dir for certificates: {e}"));
         let (ca, ca_key) = authority("locksmith test CA");
         let (other, _) = authority("an unrelated CA");
@@ -44,6 +59,21 @@ impl TestCerts {
         write("client.key", &client.1);
         let digest = ring::digest::digest(&ring::digest::SHA256, &client.2);
         write("client.sha256", &digest.as_ref().iter().map(|b| format!("{b:02x}")).collect::<String>());
+        if !ids.is_empty() {
+            let (peer_ca, peer_key) = authority("locksmith test node CA");
+            write("peer-ca.pem", &peer_ca.pem());
+            for id in ids {
+                let uri = node_uri(*id);
+                let node =
+                    leaf_with(&format!("node {id}"), &["localhost", "127.0.0.1"], &[uri], &both, &peer_ca, &peer_key);
+                write(&format!("node-{id}.pem"), &node.0);
+                write(&format!("node-{id}.key"), &node.1);
+            }
+            let usage = [ExtendedKeyUsagePurpose::ClientAuth];
+            let fake = leaf_with("client claiming node 1", &[], &[node_uri(1)], &usage, &ca, &ca_key);
+            write("client-as-node.pem", &fake.0);
+            write("client-as-node.key", &fake.1);
+        }
         Self { dir }
     }
 
@@ -93,6 +123,22 @@ impl TestCerts {
         self.dir.path().join("client.key")
     }
 
+    /// The peer CA of [`TestCerts::with_nodes`] (`--peer-ca`).
+    pub fn peer_ca(&self) -> PathBuf {
+        self.dir.path().join("peer-ca.pem")
+    }
+
+    /// `(certificate, key)` of node `id`'s node certificate ([`TestCerts::with_nodes`]).
+    pub fn node_cert_of(&self, id: u64) -> (PathBuf, PathBuf) {
+        (self.dir.path().join(format!("node-{id}.pem")), self.dir.path().join(format!("node-{id}.key")))
+    }
+
+    /// `(certificate, key)` signed by the clients' CA whose SAN URI claims node 1
+    /// ([`TestCerts::with_nodes`]): a client's certificate, whatever it names.
+    pub fn client_as_node_cert(&self) -> (PathBuf, PathBuf) {
+        (self.dir.path().join("client-as-node.pem"), self.dir.path().join("client-as-node.key"))
+    }
+
     /// SHA-256 of the client certificate's DER, in hex (what a native server's policy lists).
     pub fn client_cert_sha256(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("client.sha256")).unwrap_or_default()
@@ -109,6 +155,12 @@ fn authority(name: &str) -> (rcgen::Certificate, KeyPair) {
     (cert, key)
 }
 
+/// `locksmith-node://test/ID`.
+fn node_uri(id: u64) -> SanType {
+    let uri = format!("locksmith-node://test/{id}");
+    SanType::URI(uri.clone().try_into().unwrap_or_else(|e| panic!("{uri}: {e}")))
+}
+
 /// `(certificate PEM, key PEM, certificate DER)` of a leaf signed by `ca`.
 fn leaf(
     name: &str,
@@ -117,9 +169,22 @@ fn leaf(
     ca: &rcgen::Certificate,
     ca_key: &KeyPair,
 ) -> (String, String, Vec<u8>) {
+    leaf_with(name, sans, &[], usages, ca, ca_key)
+}
+
+/// [`leaf`] with more SANs (URIs).
+fn leaf_with(
+    name: &str,
+    sans: &[&str],
+    more: &[SanType],
+    usages: &[ExtendedKeyUsagePurpose],
+    ca: &rcgen::Certificate,
+    ca_key: &KeyPair,
+) -> (String, String, Vec<u8>) {
     let key = KeyPair::generate().unwrap_or_else(|e| panic!("{name} key: {e}"));
     let sans: Vec<String> = sans.iter().map(|s| s.to_string()).collect();
     let mut params = CertificateParams::new(sans).unwrap_or_else(|e| panic!("{name} params: {e}"));
+    params.subject_alt_names.extend(more.iter().cloned());
     params.distinguished_name.push(DnType::CommonName, name);
     params.extended_key_usages = usages.to_vec();
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];

@@ -29,6 +29,18 @@ pub struct NativeCluster {
     /// The cluster secret every node is given (a fresh one per cluster), in its own temp dir.
     secret: PathBuf,
     _secret_dir: tempfile::TempDir,
+    /// Node certificates: each node serves with its own and `--peer-ca`
+    /// ([`NativeCluster::start_with_node_certs`]).
+    node_certs: Option<NodeCerts>,
+}
+
+/// Where the node certificates of a cluster are, and whether the secret is given too.
+#[derive(Debug, Clone)]
+struct NodeCerts {
+    peer_ca: PathBuf,
+    /// `node-ID.pem` / `node-ID.key` (see [`TestCerts::with_nodes`](crate::TestCerts::with_nodes)).
+    dir: PathBuf,
+    with_secret: bool,
 }
 
 #[derive(Debug)]
@@ -48,7 +60,7 @@ impl NativeCluster {
     /// # Panics
     /// When a node does not listen within 20 s or no leader is elected within 20 s.
     pub fn start(bin: &Path, size: usize) -> Self {
-        Self::start_inner(bin, size, &[], None, false)
+        Self::start_inner(bin, size, &[], None, false, None)
     }
 
     /// Like [`start`](Self::start), with a fault proxy on every path: between each ordered pair
@@ -59,7 +71,7 @@ impl NativeCluster {
     /// # Panics
     /// As [`start`](Self::start), or when a proxy cannot bind a loopback port.
     pub fn start_with_links(bin: &Path, size: usize) -> Self {
-        Self::start_inner(bin, size, &[], None, true)
+        Self::start_inner(bin, size, &[], None, true, None)
     }
 
     /// [`NativeCluster::start`] with more `serve` arguments for every node (kept for restarts),
@@ -69,10 +81,37 @@ impl NativeCluster {
     /// # Panics
     /// As [`NativeCluster::start`].
     pub fn start_with(bin: &Path, size: usize, serve_args: &[&str], query: Option<&str>) -> Self {
-        Self::start_inner(bin, size, serve_args, query, false)
+        Self::start_inner(bin, size, serve_args, query, false, None)
     }
 
-    fn start_inner(bin: &Path, size: usize, serve_args: &[&str], query: Option<&str>, with_links: bool) -> Self {
+    /// [`NativeCluster::start_with`] over TLS with node certificates: node ID serves and dials
+    /// its peers with `certs`' node certificate of ID (`certs` from
+    /// [`TestCerts::with_nodes`](crate::TestCerts::with_nodes) with every id), `--peer-ca` its
+    /// peer CA; with `secret` the cluster secret too (both checked), without it none. `query`
+    /// must make the cluster's own checks trust the peer CA (`tls=true&ca=PEER_CA…`).
+    ///
+    /// # Panics
+    /// As [`NativeCluster::start`].
+    pub fn start_with_node_certs(
+        bin: &Path,
+        size: usize,
+        certs: &crate::TestCerts,
+        secret: bool,
+        serve_args: &[&str],
+        query: &str,
+    ) -> Self {
+        let node_certs = NodeCerts { peer_ca: certs.peer_ca(), dir: certs.dir().to_path_buf(), with_secret: secret };
+        Self::start_inner(bin, size, serve_args, Some(query), false, Some(node_certs))
+    }
+
+    fn start_inner(
+        bin: &Path,
+        size: usize,
+        serve_args: &[&str],
+        query: Option<&str>,
+        with_links: bool,
+        node_certs: Option<NodeCerts>,
+    ) -> Self {
         let nodes: Vec<Node> = (1..=size as u64)
             .map(|id| Node {
                 id,
@@ -95,6 +134,7 @@ impl NativeCluster {
             query: query.map(str::to_string),
             secret,
             _secret_dir: secret_dir,
+            node_certs,
         };
         for id in 1..=size as u64 {
             c.restart(id);
@@ -279,6 +319,19 @@ impl NativeCluster {
         }
     }
 
+    /// Replaces the extra `serve` arguments nodes get from their next (re)start on: nodes
+    /// restarted one at a time change their configuration as in a rolling upgrade.
+    pub fn set_serve_args(&mut self, serve_args: &[&str]) {
+        self.serve_args = serve_args.iter().map(|a| a.to_string()).collect();
+    }
+
+    /// From the next (re)start on, nodes serve with their node certificates of `certs`, as with
+    /// [`NativeCluster::start_with_node_certs`] (with `secret`, the cluster secret too).
+    pub fn set_node_certs(&mut self, certs: &crate::TestCerts, secret: bool) {
+        self.node_certs =
+            Some(NodeCerts { peer_ca: certs.peer_ca(), dir: certs.dir().to_path_buf(), with_secret: secret });
+    }
+
     /// The cluster secret file every node was given (`--cluster-secret-file`).
     pub fn secret_file(&self) -> &Path {
         &self.secret
@@ -341,7 +394,15 @@ impl NativeCluster {
         let bin = self.bin.clone();
         let routes = self.links.as_ref().map(|l| l.routes(id));
         let serve_args = self.serve_args.clone();
-        let secret = self.secret.clone();
+        let mut auth = vec![];
+        if self.node_certs.as_ref().is_none_or(|c| c.with_secret) {
+            auth.extend(["--cluster-secret-file".into(), self.secret.clone().into_os_string()]);
+        }
+        if let Some(c) = &self.node_certs {
+            let file = |ext: &str| c.dir.join(format!("node-{id}.{ext}")).into_os_string();
+            auth.extend(["--tls-cert".into(), file("pem"), "--tls-key".into(), file("key")]);
+            auth.extend(["--peer-ca".into(), c.peer_ca.clone().into_os_string()]);
+        }
         let node = self.node_mut(id);
         let mut cmd = Command::new(&bin);
         cmd.arg("serve")
@@ -352,8 +413,7 @@ impl NativeCluster {
             .arg("--node-id")
             .arg(id.to_string())
             .args(membership)
-            .arg("--cluster-secret-file")
-            .arg(&secret)
+            .args(&auth)
             .args(&serve_args)
             .env("LOCKSMITH_LOG", "info,openraft=warn,h2=warn,tower=warn,hyper=warn")
             .stdin(Stdio::null());

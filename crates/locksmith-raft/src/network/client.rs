@@ -218,6 +218,10 @@ impl PeerClient {
         if let Some(proof) = proof {
             let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network(&e))?;
             request.metadata_mut().insert(NODE_PROOF_HEADER, value);
+        } else if cluster != 0 {
+            // Authenticated by its node certificate alone, the cluster id travels beside it.
+            let value = tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(|e| network(&e))?;
+            request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
         }
         // openraft gives up at the hard TTL; answering a timeout a little before lets
         // `append_entries` turn it into a smaller batch. The deadline also travels as

@@ -1,9 +1,12 @@
-//! Node authentication of Raft calls: only nodes holding the cluster secret speak Raft.
+//! Node authentication of Raft calls: only nodes speak Raft — a node holding the cluster secret,
+//! or presenting a node certificate signed by the peer CA (`peer_cert`), or both when both are
+//! configured.
 //!
 //! [`NodeGate`] sits in front of the generated service and checks a call's node proof
-//! (`locksmith_proto::node_proof`) from its headers alone, before the message is read: a caller
-//! without the secret is answered `UNAUTHENTICATED` (or `PERMISSION_DENIED` when the proven
-//! sender is no member) and its message is never buffered nor decoded. The service then checks
+//! (`locksmith_proto::node_proof`) and its TLS peer certificate from the connection and headers
+//! alone, before the message is read: a caller without them is answered `UNAUTHENTICATED` (or
+//! `PERMISSION_DENIED` when the proven sender is no member, or the certificate and the proof name
+//! different nodes) and its message is never buffered nor decoded. The service then checks
 //! what only the message shows: that it is the message the proof covers, and that the vote it
 //! carries is the sender's own (the candidate of a vote, the leader of an append or snapshot).
 //! Client credentials play no part: a bearer token or a client certificate is never a node.
@@ -26,14 +29,20 @@ use tonic::codegen::http;
 use tonic::codegen::BoxFuture;
 use tonic::codegen::Service;
 use tonic::server::NamedService;
+use tonic::transport::server::TcpConnectInfo;
+use tonic::transport::server::TlsConnectInfo;
 use tonic::Status;
 
+use super::peer_cert::PeerCa;
+use super::peer_cert::PeerCertError;
 use crate::identity::Identity;
 use crate::types::NodeId;
 use crate::types::Raft;
 
 /// How a node authenticates its peers' Raft calls and its own
-/// ([`NodeConfig::auth`](crate::NodeConfig::auth)).
+/// ([`NodeConfig::auth`](crate::NodeConfig::auth)): by the cluster secret, by node certificates
+/// ([`NodeAuth::certificates`]: the node's TLS identity, given in
+/// [`NodeConfig::tls`](crate::NodeConfig::tls), is presented to its peers), or both.
 ///
 /// ```
 /// use locksmith_proto::node_proof::ClusterSecret;
@@ -47,7 +56,10 @@ use crate::types::Raft;
 #[non_exhaustive]
 pub struct NodeAuth {
     /// The cluster secret: proves this node's calls and checks its peers'.
-    pub secret: ClusterSecret,
+    pub secret: Option<ClusterSecret>,
+    /// The CA of node certificates: a call must come over TLS with a certificate it signed that
+    /// names the calling node (`locksmith-node://CLUSTER/ID`).
+    pub peer_ca: Option<PeerCa>,
     /// Also accept calls that carry no proof at all (a proof that does not verify is still
     /// refused): only while a running cluster is upgraded to node authentication, one node at a
     /// time.
@@ -60,14 +72,38 @@ type OnRefused = Arc<dyn Fn(&Refusal) + Send + Sync>;
 
 impl fmt::Debug for NodeAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NodeAuth").field("accept_unauthenticated", &self.accept_unauthenticated).finish_non_exhaustive()
+        f.debug_struct("NodeAuth")
+            .field("secret", &self.secret.is_some())
+            .field("peer_ca", &self.peer_ca.is_some())
+            .field("accept_unauthenticated", &self.accept_unauthenticated)
+            .finish_non_exhaustive()
     }
 }
 
 impl NodeAuth {
     /// Authentication with `secret`, refusing every call without a valid proof.
     pub fn new(secret: ClusterSecret) -> Self {
-        Self { secret, accept_unauthenticated: false, on_refused: None }
+        Self { secret: Some(secret), peer_ca: None, accept_unauthenticated: false, on_refused: None }
+    }
+
+    /// Authentication by node certificates signed by `peer_ca`, refusing every call without one
+    /// that names its sender. Add a secret with [`NodeAuth::secret()`] to demand both.
+    pub fn certificates(peer_ca: PeerCa) -> Self {
+        Self { secret: None, peer_ca: Some(peer_ca), accept_unauthenticated: false, on_refused: None }
+    }
+
+    /// The same, also demanding a node proof made with `secret`.
+    #[must_use]
+    pub fn secret(mut self, secret: ClusterSecret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// The same, also demanding a node certificate signed by `peer_ca`.
+    #[must_use]
+    pub fn peer_ca(mut self, peer_ca: PeerCa) -> Self {
+        self.peer_ca = Some(peer_ca);
+        self
     }
 
     /// The same, accepting calls without a proof when `accept` (see
@@ -92,8 +128,8 @@ impl NodeAuth {
 pub struct Refusal {
     /// The method: `append_entries`, `vote`, `install_snapshot` (or `other`).
     pub call: &'static str,
-    /// Why, as a metric label: `no_proof`, `bad_proof`, `not_a_member`, `wrong_sender`,
-    /// `wrong_message`, `bad_term`, `foreign_cluster`.
+    /// Why, as a metric label: `no_proof`, `bad_proof`, `no_node_cert`, `bad_node_cert`,
+    /// `not_a_member`, `wrong_sender`, `wrong_message`, `bad_term`, `foreign_cluster`.
     pub reason: &'static str,
     /// The node id the caller claimed or proved, when known.
     pub sender: Option<NodeId>,
@@ -104,8 +140,9 @@ pub struct Refusal {
 /// What the gate let through, for the service to finish checking.
 #[derive(Debug, Clone)]
 pub(crate) enum Admitted {
-    /// A verified proof.
-    Proven(Claim),
+    /// The calling node, proven by a node certificate, a node proof (`claim`), or both (then
+    /// they name the same node).
+    Proven { sender: NodeId, claim: Option<Claim> },
     /// No proof, and none is asked for (no node authentication, or an upgrade under way).
     Unproven,
 }
@@ -166,15 +203,15 @@ impl Gate {
     /// Checks the cluster id a proof carries against this node's (see `crate::identity`): takes
     /// a leader's when this node has none or no history; refuses another cluster's otherwise,
     /// and stops the node when that cluster's leader reached it.
-    fn check_cluster(&self, call: &'static str, claim: &Claim) -> Result<(), String> {
+    fn check_cluster(&self, call: &'static str, sender: NodeId, cluster: u128) -> Result<(), String> {
         let mine = self.identity.get();
-        if claim.cluster == 0 || claim.cluster == mine {
+        if cluster == 0 || cluster == mine {
             return Ok(());
         }
         let from_leader = call != "vote";
         if mine == 0 || !self.has_history() {
             if from_leader {
-                self.identity.adopt(claim.cluster);
+                self.identity.adopt(cluster);
             }
             return Ok(());
         }
@@ -182,7 +219,7 @@ impl Gate {
             "node {} belongs to cluster {:032x}, this node to cluster {mine:032x}: two clusters with the same node \
              ids (were the data directories of a majority wiped and their nodes restarted with --peers?); this \
              node will not join the other one (README: A cluster)",
-            claim.sender, claim.cluster
+            sender, cluster
         );
         if from_leader {
             tracing::error!("raft: {message}");
@@ -216,48 +253,107 @@ impl Gate {
         status
     }
 
-    /// The gate's verdict on a call from its headers.
+    /// The gate's verdict on a call from its connection and headers.
     fn admit<B>(&self, req: &http::Request<B>) -> Result<Admitted, Status> {
         let Some(auth) = &self.auth else { return Ok(Admitted::Unproven) };
         let path = req.uri().path();
         let call = call_name(path);
         let peer = peer_addr(req);
         let refusal = |reason, sender| Refusal { call, reason, sender, peer };
-        let Some(header) = req.headers().get(NODE_PROOF_HEADER) else {
-            if auth.accept_unauthenticated {
-                return Ok(Admitted::Unproven);
-            }
-            return Err(self.refuse(
-                refusal("no_proof", None),
-                Status::unauthenticated(
-                    "raft calls need a node proof: every node of the cluster needs the same --cluster-secret-file",
-                ),
-            ));
+        // Each configured credential is checked; a missing one is let through only while
+        // upgrading (accept_unauthenticated), and then only if no credential at all was shown.
+        let by_cert = match &auth.peer_ca {
+            None => None,
+            Some(ca) => match peer_chain(req).map_or(Err(PeerCertError::Missing), |chain| ca.node_id(&chain)) {
+                Ok(id) => Some(id),
+                Err(PeerCertError::Missing | PeerCertError::NotSigned(_)) if auth.accept_unauthenticated => None,
+                Err(e) => {
+                    let reason = if e == PeerCertError::Missing { "no_node_cert" } else { "bad_node_cert" };
+                    return Err(self.refuse(
+                        refusal(reason, None),
+                        Status::unauthenticated(format!(
+                            "raft calls need a node certificate signed by this cluster's --peer-ca naming the \
+                             calling node (SAN URI locksmith-node://CLUSTER/ID): {e}"
+                        )),
+                    ));
+                }
+            },
         };
-        let claim = header
-            .to_str()
-            .map_err(|_| locksmith_proto::node_proof::ProofError::Malformed)
-            .and_then(|h| auth.secret.check(path, h))
-            .map_err(|e| self.refuse(refusal("bad_proof", None), Status::unauthenticated(e.to_string())))?;
-        if claim.target != self.id {
-            return Err(Status::failed_precondition(format!(
-                "this is raft node {}, not node {}: the cluster's address for it is stale",
-                self.id, claim.target
-            )));
+        let claim = match (&auth.secret, req.headers().get(NODE_PROOF_HEADER)) {
+            (None, _) => None,
+            (Some(_), None) if auth.accept_unauthenticated => None,
+            (Some(_), None) => {
+                return Err(self.refuse(
+                    refusal("no_proof", by_cert),
+                    Status::unauthenticated(
+                        "raft calls need a node proof: every node of the cluster needs the same --cluster-secret-file",
+                    ),
+                ))
+            }
+            (Some(secret), Some(header)) => Some(
+                header
+                    .to_str()
+                    .map_err(|_| locksmith_proto::node_proof::ProofError::Malformed)
+                    .and_then(|h| secret.check(path, h))
+                    .map_err(|e| self.refuse(refusal("bad_proof", by_cert), Status::unauthenticated(e.to_string())))?,
+            ),
+        };
+        let sender = match (by_cert, &claim) {
+            (None, None) => return Ok(Admitted::Unproven),
+            (Some(id), None) => id,
+            (None, Some(c)) => c.sender,
+            (Some(id), Some(c)) if id == c.sender => id,
+            (Some(id), Some(c)) => {
+                return Err(self.refuse(
+                    refusal("wrong_sender", Some(id)),
+                    Status::permission_denied(format!(
+                        "the node certificate names node {id}, the node proof node {}",
+                        c.sender
+                    )),
+                ))
+            }
+        };
+        if let Some(claim) = &claim {
+            if claim.target != self.id {
+                return Err(Status::failed_precondition(format!(
+                    "this is raft node {}, not node {}: the cluster's address for it is stale",
+                    self.id, claim.target
+                )));
+            }
         }
         // A candidate must be a member as this node sees it. A proven leader need not: a member
         // that missed the change adding that leader learns of it from the leader's own log.
-        if call == "vote" && !self.is_member(claim.sender) {
+        if call == "vote" && !self.is_member(sender) {
             return Err(self.refuse(
-                refusal("not_a_member", Some(claim.sender)),
-                Status::permission_denied(format!("node {} is not a member of this node's cluster", claim.sender)),
+                refusal("not_a_member", Some(sender)),
+                Status::permission_denied(format!("node {sender} is not a member of this node's cluster")),
             ));
         }
-        if let Err(message) = self.check_cluster(call, &claim) {
-            return Err(self.refuse(refusal("foreign_cluster", Some(claim.sender)), Status::permission_denied(message)));
+        // The cluster id: inside the proof when there is one; otherwise in a header whose sender
+        // the certificate proved.
+        let cluster = match &claim {
+            Some(c) => c.cluster,
+            None => req
+                .headers()
+                .get(CLUSTER_ID_HEADER)
+                .and_then(|h| h.to_str().ok())
+                .and_then(|h| u128::from_str_radix(h, 16).ok())
+                .unwrap_or(0),
+        };
+        if let Err(message) = self.check_cluster(call, sender, cluster) {
+            return Err(self.refuse(refusal("foreign_cluster", Some(sender)), Status::permission_denied(message)));
         }
-        Ok(Admitted::Proven(claim))
+        Ok(Admitted::Proven { sender, claim })
     }
+}
+
+/// The cluster id of a sender without a node proof (authenticated by its node certificate), in
+/// hex: what a proof would carry.
+pub(crate) const CLUSTER_ID_HEADER: &str = "locksmith-cluster-id";
+
+/// The certificates the TLS peer presented (leaf first), if any.
+fn peer_chain<B>(req: &http::Request<B>) -> Option<Arc<Vec<rustls::pki_types::CertificateDer<'static>>>> {
+    req.extensions().get::<TlsConnectInfo<TcpConnectInfo>>().and_then(TlsConnectInfo::peer_certs)
 }
 
 /// The method of a Raft call's path, as metrics and logs name it.
@@ -271,7 +367,6 @@ pub(crate) fn call_name(path: &str) -> &'static str {
 }
 
 fn peer_addr<B>(req: &http::Request<B>) -> Option<SocketAddr> {
-    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
     let ext = req.extensions();
     ext.get::<TcpConnectInfo>()
         .and_then(TcpConnectInfo::remote_addr)

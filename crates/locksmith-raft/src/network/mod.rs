@@ -5,12 +5,14 @@
 //!   peer, reused by every replication stream and vote to it, optional TLS, a deadline per RPC;
 //! - [`RaftService`] (`server`): the service the application adds to its own tonic router
 //!   ([`RaftNode::service`](crate::RaftNode::service));
-//! - [`NodeGate`] and [`NodeAuth`] (`gate`): only nodes holding the cluster secret speak Raft:
-//!   every call carries a node proof, checked before its message is read.
+//! - [`NodeGate`] and [`NodeAuth`] (`gate`): only nodes speak Raft: every call carries a node
+//!   proof made with the cluster secret, or comes over TLS with a node certificate ([`PeerCa`],
+//!   `peer_cert`), or both; checked before its message is read.
 
 mod client;
 mod contact;
 mod gate;
+mod peer_cert;
 mod server;
 
 pub use client::Network;
@@ -19,6 +21,10 @@ pub use contact::Contacts;
 pub use gate::NodeAuth;
 pub use gate::NodeGate;
 pub use gate::Refusal;
+pub use peer_cert::node_id_of;
+pub use peer_cert::PeerCa;
+pub use peer_cert::PeerCertError;
+pub use peer_cert::NODE_URI_SCHEME;
 pub use server::RaftService;
 
 /// The generated gRPC code of `locksmith.raft.v1` (`proto/raft.proto`).

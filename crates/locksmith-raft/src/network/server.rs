@@ -90,8 +90,8 @@ impl RaftService {
         let admitted = request.extensions().get::<Admitted>().cloned();
         let peer = request.remote_addr();
         let refuse = |reason, sender, status| self.gate.refuse(Refusal { call, reason, sender, peer }, status);
-        let claim = match admitted {
-            Some(Admitted::Proven(claim)) => Some(claim),
+        let proven = match admitted {
+            Some(Admitted::Proven { sender, claim }) => Some((sender, claim)),
             Some(Admitted::Unproven) => None,
             // Served without its gate: only acceptable when no proof is asked for.
             None if !self.gate.demands_proof() => None,
@@ -105,7 +105,7 @@ impl RaftService {
                 request.target
             )));
         }
-        if let Some(claim) = &claim {
+        if let Some((_, Some(claim))) = &proven {
             if !claim.covers(&request.payload) {
                 return Err(refuse(
                     "wrong_message",
@@ -117,14 +117,14 @@ impl RaftService {
         let req: T = postcard::from_bytes(&request.payload)
             .map_err(|e| Status::invalid_argument(format!("undecodable raft request: {e}")))?;
         let leader = req.vote().leader_id;
-        if let Some(claim) = &claim {
-            if claim.sender != leader.node_id {
+        if let Some((sender, _)) = proven {
+            if sender != leader.node_id {
                 return Err(refuse(
                     "wrong_sender",
-                    Some(claim.sender),
+                    Some(sender),
                     Status::permission_denied(format!(
-                        "node {} sent a raft request in the name of node {}",
-                        claim.sender, leader.node_id
+                        "node {sender} sent a raft request in the name of node {}",
+                        leader.node_id
                     )),
                 ));
             }
@@ -132,7 +132,7 @@ impl RaftService {
         // openraft hears votes only from members of this node's cluster, and anything else only
         // from members unless a node proof vouches for its sender (the leader's log then tells
         // a member that missed it which change made that leader a member).
-        if (call == "vote" || claim.is_none()) && !self.gate.is_member(leader.node_id) {
+        if (call == "vote" || proven.is_none()) && !self.gate.is_member(leader.node_id) {
             return Err(refuse(
                 "not_a_member",
                 Some(leader.node_id),

@@ -4,9 +4,10 @@
 //! and another node sends the client there like the lock service does.
 //!
 //! With an auth policy, `Status` is open to every authenticated principal (it shows node ids
-//! and addresses, no lock). Changing the membership needs the node credential — a node proof
-//! made with the cluster secret (`locksmith cluster add --cluster-secret-file`) — or, under an
-//! auth policy, an admin principal: a principal that may lock some names, and an anonymous
+//! and addresses, no lock). Changing the membership needs a node credential — a node proof
+//! made with the cluster secret (`locksmith cluster add --cluster-secret-file`), or, with
+//! `--peer-ca`, a member's node certificate as the caller's TLS certificate (`cert=`/`key=` of
+//! the URL) — or, under an auth policy, an admin principal: a principal that may lock some names, and an anonymous
 //! client of a cluster without a policy, must not be able to take the cluster's quorum apart.
 
 use std::sync::Arc;
@@ -18,7 +19,7 @@ use locksmith_proto::{
     AddNodeRequest, AddNodeResponse, ClusterNode, ClusterStatus, ClusterStatusRequest, RemoveNodeRequest,
     RemoveNodeResponse,
 };
-use locksmith_raft::{Added, ClusterView, MembershipError, RaftNode, Removed, Role};
+use locksmith_raft::{Added, ClusterView, MembershipError, PeerCa, PeerCertError, RaftNode, Removed, Role};
 use tonic::{Request, Response, Status};
 
 use super::{check_addr, ReplicaMachine};
@@ -42,6 +43,7 @@ pub(crate) struct Admin {
     node: Option<Arc<RaftNode<ReplicaMachine>>>,
     auth: Option<Auth>,
     secret: Option<ClusterSecret>,
+    peer_ca: Option<PeerCa>,
 }
 
 impl Admin {
@@ -50,8 +52,9 @@ impl Admin {
         node: Option<Arc<RaftNode<ReplicaMachine>>>,
         auth: Option<Auth>,
         secret: Option<ClusterSecret>,
+        peer_ca: Option<PeerCa>,
     ) -> ClusterServer<Self> {
-        ClusterServer::new(Self { node, auth, secret }).max_decoding_message_size(MAX_MESSAGE_SIZE)
+        ClusterServer::new(Self { node, auth, secret, peer_ca }).max_decoding_message_size(MAX_MESSAGE_SIZE)
     }
 
     fn node(&self) -> Result<&RaftNode<ReplicaMachine>, Status> {
@@ -71,6 +74,33 @@ impl Admin {
             tracing::warn!(call, reason, peer = ?request.remote_addr(), "cluster: membership change refused");
             status
         };
+        // A member's node certificate. One the peer CA did not sign is a client's: its holder is
+        // judged as a principal below.
+        if let (Some(ca), Some(chain)) = (&self.peer_ca, request.peer_certs()) {
+            match ca.node_id(&chain) {
+                Ok(id) => {
+                    let member = self.node()?.cluster().members.iter().any(|m| m.id == id);
+                    if !member {
+                        return Err(refuse(
+                            "not_a_member",
+                            Status::permission_denied(format!(
+                                "the node certificate names node {id}, which is no member of this cluster"
+                            )),
+                        ));
+                    }
+                    return Ok(format!("node {id} (node certificate)"));
+                }
+                Err(PeerCertError::NoNodeId | PeerCertError::Ambiguous(..)) => {
+                    return Err(refuse(
+                        "bad_node_cert",
+                        Status::permission_denied(
+                            "a certificate of the peer CA that names no single node changes no membership",
+                        ),
+                    ));
+                }
+                Err(_) => {}
+            }
+        }
         if let Some(header) = request.metadata().get(NODE_PROOF_HEADER) {
             let Some(secret) = &self.secret else {
                 return Err(refuse(

@@ -18,6 +18,7 @@ use async_trait::async_trait;
 
 use crate::{Client, Error, LockOptions, LockStatus, Result};
 
+mod holding;
 pub mod primitives;
 mod unfenced;
 pub use primitives::{

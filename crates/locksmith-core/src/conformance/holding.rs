@@ -146,19 +146,9 @@ pub async fn a_write_unlock_admits_the_queued_readers_up_to_the_next_writer(t: &
     let holder = client(t, TTL).await;
     let name = unique("rw-run");
     let w = lock(&holder, &name, LockOptions::new()).await;
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut clients = Vec::new();
-    for (i, shared) in [true, true, false, true].into_iter().enumerate() {
-        let c = client(t, TTL).await;
-        clients.push(c.clone());
-        let (n, tx) = (name.clone(), tx.clone());
-        tokio::spawn(async move {
-            let opts = if shared { LockOptions::new().shared() } else { LockOptions::new() };
-            let g = c.lock_with(&n, opts.timeout(Duration::from_secs(10))).await;
-            let _ = tx.send((i, g));
-        });
-        until_waiters(t, &holder, &name, i as u64 + 1).await;
-    }
+    let shared = LockOptions::new().shared();
+    let (mut rx, clients) =
+        queue_waiters(t, &holder, &name, [shared.clone(), shared.clone(), LockOptions::new(), shared]).await;
     let next = |rx: &mut Receiver<usize>| {
         rx.try_recv().ok().map(|(i, g)| (i, g.unwrap_or_else(|e| panic!("waiter {i}: {e}"))))
     };
@@ -190,6 +180,30 @@ pub async fn a_write_unlock_admits_the_queued_readers_up_to_the_next_writer(t: &
     for c in clients {
         c.close().await;
     }
+}
+
+/// Queues one waiter of `name` per `asks`, each on a client of its own and in this order (each
+/// is queued, where `status` shows it, before the next starts); waiter `i` reports its grant on
+/// the receiver. The clients are returned for closing.
+async fn queue_waiters<const N: usize>(
+    t: &dyn Target,
+    holder: &Client,
+    name: &str,
+    asks: [LockOptions; N],
+) -> (Receiver<usize>, Vec<Client>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut clients = Vec::new();
+    for (i, opts) in asks.into_iter().enumerate() {
+        let c = client(t, TTL).await;
+        clients.push(c.clone());
+        let (n, tx) = (name.to_owned(), tx.clone());
+        tokio::spawn(async move {
+            let g = c.lock_with(&n, opts.timeout(Duration::from_secs(10))).await;
+            let _ = tx.send((i, g));
+        });
+        until_waiters(t, holder, name, i as u64 + 1).await;
+    }
+    (rx, clients)
 }
 
 /// The next grant a waiter task reports, within 5 s.
@@ -279,18 +293,7 @@ pub async fn permit_waiters_get_whichever_permit_comes_free_in_arrival_order(t: 
     let name = unique("sem-fifo");
     let older = lock(&a, &name, opts()).await;
     let newer = lock(&b, &name, opts()).await;
-    let (tx, mut granted) = tokio::sync::mpsc::unbounded_channel();
-    let mut clients = Vec::new();
-    for i in 0..3u64 {
-        let c = client(t, TTL).await;
-        clients.push(c.clone());
-        let (n, tx) = (name.clone(), tx.clone());
-        tokio::spawn(async move {
-            let g = c.lock_with(&n, opts()).await;
-            let _ = tx.send((i, g));
-        });
-        until_waiters(t, &a, &name, i + 1).await;
-    }
+    let (mut granted, clients) = queue_waiters(t, &a, &name, [opts(), opts(), opts()]).await;
     assert!(newer.unlock().await.unwrap_or(false));
     let first = next_grant(&mut granted).await;
     assert_eq!(first.0, 0, "the first waiter did not get the newer holder's permit");

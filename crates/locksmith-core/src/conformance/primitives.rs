@@ -337,27 +337,15 @@ macro_rules! semaphore_suite {
 }
 
 /// Expands one `#[tokio::test]` per property of the primitives beyond the mutex for the
-/// [`Target`] built by `$make` (a backend that offers read locks, semaphores and elections).
+/// [`Target`] built by `$make` (a backend that offers read locks, semaphores and elections):
+/// the read/write lock, semaphore and election suites, and re-entry across kinds.
 #[macro_export]
 macro_rules! primitives_suite {
     ($make:expr) => {
-        $crate::primitives_suite!(@each $make;
-            readers_share_and_never_overlap_a_writer,
-            a_writer_gets_in_while_readers_keep_arriving,
-            every_grant_of_a_read_write_lock_takes_the_next_token,
-            status_shows_every_reader_then_the_writer_alone,
-            a_cancelled_reader_or_writer_leaves_no_entry_and_no_hold,
-            a_write_unlock_admits_the_queued_readers_up_to_the_next_writer,
-            a_semaphore_never_exceeds_its_permits,
-            a_permit_comes_back_when_its_holders_session_ends,
-            every_permit_takes_the_next_token,
-            status_shows_every_permit_holder_and_the_permits,
-            a_cancelled_permit_waiter_leaves_no_entry_and_takes_no_permit,
-            permit_waiters_get_whichever_permit_comes_free_in_arrival_order,
-            a_name_is_a_lock_or_a_semaphore_never_both,
-            reentering_with_a_different_mode_is_refused,
-            the_next_leader_has_a_higher_term_and_observers_see_both
-        );
+        $crate::rwlock_suite!($make);
+        $crate::semaphore_suite!($make);
+        $crate::election_suite!($make);
+        $crate::primitives_suite!(@each $make; reentering_with_a_different_mode_is_refused);
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
         $(

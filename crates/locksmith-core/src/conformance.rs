@@ -18,6 +18,7 @@ use async_trait::async_trait;
 
 use crate::{Client, Error, LockOptions, LockStatus, Result};
 
+mod holding;
 pub mod primitives;
 mod unfenced;
 pub use primitives::{
@@ -34,11 +35,14 @@ pub struct Caps {
     pub fifo: bool,
     /// `status` reports queued waiters.
     pub reports_waiters: bool,
+    /// `status` reports who holds (not PostgreSQL's advisory locks, held by database sessions
+    /// that `pg_locks` does not tie to a lock name's holder).
+    pub reports_holders: bool,
 }
 
 impl Default for Caps {
     fn default() -> Self {
-        Self { fifo: true, reports_waiters: true }
+        Self { fifo: true, reports_waiters: true, reports_holders: true }
     }
 }
 
@@ -95,6 +99,12 @@ impl UrlTarget {
     /// Whether `status` reports queued waiters.
     pub fn reports_waiters(mut self, reports: bool) -> Self {
         self.caps.reports_waiters = reports;
+        self
+    }
+
+    /// Whether `status` reports who holds.
+    pub fn reports_holders(mut self, reports: bool) -> Self {
+        self.caps.reports_holders = reports;
         self
     }
 

@@ -6,6 +6,7 @@
 //! Module map:
 //! - `name`, `options`, `error`: the vocabulary, validated at the edge;
 //! - `backend`: the few primitives a driver implements;
+//! - `mode`, `holding`: the kinds of hold and which go together (written once for every backend);
 //! - `keeper`: a session kept alive and its local deadline;
 //! - `client`, `guard`: the engine users hold;
 //! - `metrics`: counters on the `metrics` facade (grants, releases, losses, waiter wake-ups);
@@ -18,6 +19,7 @@ pub mod driver;
 mod election;
 mod error;
 mod guard;
+mod holding;
 mod keeper;
 pub mod metrics;
 mod mode;
@@ -34,6 +36,7 @@ pub use driver::Backoff;
 pub use election::{Leader, Observer};
 pub use error::{error_chain, message_with_causes, Error, Result};
 pub use guard::Guard;
+pub use holding::{holders_of, ConflictKind, ModeConflict};
 pub use mode::{HoldMode, WireModeError, MAX_PERMITS, MAX_VALUE_LEN};
 pub use multi::MultiGuard;
 pub use name::{LockName, MAX_NAME_LEN};

@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use locksmith_core::{HoldMode, LockName};
+use locksmith_core::{holders_of, HoldMode, LockName};
 
 use crate::raw::pb::KeyValue;
 use crate::raw::prefix_end;
@@ -144,32 +144,29 @@ pub(crate) struct Holding {
     pub(crate) permits: Option<u32>,
 }
 
-/// The hold rules: with permit keys, the name is a semaphore and the oldest N permit keys hold
-/// (N from the oldest key's value; every permit key if it says none). Otherwise an exclusive
-/// key holds when it is the oldest key, a reader when no exclusive key is older: the holders
-/// are the oldest key if it is exclusive, else the run of readers before the first exclusive
-/// key. `kvs` must be sorted by create revision, oldest first.
+/// Who holds, by the rules every backend shares ([`holders_of`]: FIFO whatever the kind). With
+/// permit keys the name is a semaphore: its queue is the permit keys alone, each a permit of N
+/// (N from the oldest key's value; the number of permit keys if it says none, so every one is
+/// shown holding). Otherwise the queue is every key, a reader under `NAME/read/` and anything
+/// else exclusive. `kvs` must be sorted by create revision, oldest first.
 pub(crate) fn holding(pfx: &str, kvs: &[&KeyValue]) -> Holding {
     let permits: Vec<usize> = (0..kvs.len()).filter(|&i| kind_of(pfx, &kvs[i].key) == KeyKind::Permit).collect();
-    if let Some(&first) = permits.first() {
-        let n = permits_of(kvs[first]);
-        let take = n.map_or(permits.len(), |n| permits.len().min(usize::try_from(n).unwrap_or(usize::MAX)));
-        let mode = HoldMode::Permit(n.unwrap_or_else(|| u32::try_from(permits.len()).unwrap_or(u32::MAX)));
-        return Holding {
-            holders: permits[..take].iter().map(|&i| (i, mode)).collect(),
-            waiters: permits.len() - take,
-            permits: n,
-        };
-    }
-    let holders: Vec<(usize, HoldMode)> = match kvs.first() {
-        None => Vec::new(),
-        Some(first) if kind_of(pfx, &first.key) != KeyKind::Read => vec![(0, HoldMode::Exclusive)],
-        Some(_) => (0..kvs.len())
-            .take_while(|&i| kind_of(pfx, &kvs[i].key) == KeyKind::Read)
-            .map(|i| (i, HoldMode::Shared))
-            .collect(),
+    let (queue, said): (Vec<(usize, HoldMode)>, _) = match permits.first() {
+        Some(&first) => {
+            let n = permits_of(kvs[first]);
+            let mode = HoldMode::Permit(n.unwrap_or_else(|| u32::try_from(permits.len()).unwrap_or(u32::MAX)));
+            (permits.iter().map(|&i| (i, mode)).collect(), n)
+        }
+        None => {
+            let mode = |kv: &KeyValue| match kind_of(pfx, &kv.key) {
+                KeyKind::Read => HoldMode::Shared,
+                _ => HoldMode::Exclusive,
+            };
+            (kvs.iter().enumerate().map(|(i, kv)| (i, mode(kv))).collect(), None)
+        }
     };
-    Holding { waiters: kvs.len() - holders.len(), holders, permits: None }
+    let held = holders_of(queue.iter().map(|(_, m)| *m));
+    Holding { waiters: queue.len() - held, holders: queue.into_iter().take(held).collect(), permits: said }
 }
 
 /// The lock a key belongs to, if it has one of the layouts' shapes and a lease: Go's

@@ -8,7 +8,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::{CancelGuard, HoldTable};
-use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result, Session, MAX_PERMITS};
+use locksmith_core::{
+    AcquireRequest, Acquired, ConflictKind, Error, HoldMode, KeepAlive, LockName, ModeConflict, Result, Session,
+    MAX_PERMITS,
+};
 use tokio::sync::OwnedMutexGuard;
 
 use crate::layout::{self, ExclusiveLayout, KeyRange, PERMIT, READ, WRITE};
@@ -467,13 +470,8 @@ fn created(req: &AcquireRequest, kind: Kind, key: &str, resp: &TxnResponse) -> R
         }
         Kind::Mutex | Kind::Writer | Kind::Reader => {
             if let Some(permit) = read(resp, 1).ok_or_else(unexpected)?.first() {
-                let n = layout::permits_of(permit).map_or_else(|| "some".to_string(), |n| n.to_string());
-                return Err(Error::InvalidArgument(format!(
-                    "{} is a semaphore in use (with {n} permits, key {}): it cannot be locked until its permits are \
-                     released",
-                    req.name,
-                    String::from_utf8_lossy(&permit.key)
-                )));
+                let why = ConflictKind::SemaphoreAsLock { permits: layout::permits_of(permit) };
+                return Err(ModeConflict::new(req.name.as_str(), why).seen_at(key_text(&permit.key)).into());
             }
             if read(resp, 0).ok_or_else(unexpected)?.is_empty() {
                 return Err(unexpected());
@@ -491,11 +489,8 @@ fn created(req: &AcquireRequest, kind: Kind, key: &str, resp: &TxnResponse) -> R
             }
             for i in [1, 2] {
                 if let Some(lock) = read(answer, i).ok_or_else(unexpected)?.first() {
-                    return Err(Error::InvalidArgument(format!(
-                        "{} is in use as a lock (key {}): it cannot be a semaphore until that is released",
-                        req.name,
-                        String::from_utf8_lossy(&lock.key)
-                    )));
+                    let why = ConflictKind::LockAsSemaphore { asked: n };
+                    return Err(ModeConflict::new(req.name.as_str(), why).seen_at(key_text(&lock.key)).into());
                 }
             }
             let oldest = read(answer, 3).ok_or_else(unexpected)?;
@@ -503,17 +498,20 @@ fn created(req: &AcquireRequest, kind: Kind, key: &str, resp: &TxnResponse) -> R
             if !read(answer, 0).ok_or_else(unexpected)?.is_empty() && theirs == Some(Some(n)) {
                 return Ok(Created::KeyTaken);
             }
-            let theirs = match theirs {
-                Some(Some(m)) if m != n => format!("{m}"),
-                _ => "another number of".to_string(),
-            };
-            Err(Error::InvalidArgument(format!(
-                "semaphore {} is in use with {theirs} permits; everyone must ask for the same number while it is \
-                 in use (asked for {n})",
-                req.name
-            )))
+            let why = ConflictKind::OtherPermits { permits: theirs.flatten().filter(|m| *m != n), asked: n };
+            let conflict = ModeConflict::new(req.name.as_str(), why);
+            Err(match oldest.first() {
+                Some(kv) => conflict.seen_at(key_text(&kv.key)),
+                None => conflict,
+            }
+            .into())
         }
     }
+}
+
+/// A key as an operator reads it, for a refusal's "seen at".
+fn key_text(key: &[u8]) -> String {
+    format!("key {}", String::from_utf8_lossy(key))
 }
 
 async fn delete_own(shared: &Shared, lease: i64, key: &str, rev: Option<i64>) -> Result<bool> {

@@ -11,7 +11,7 @@
 
 use std::time::Duration;
 
-use locksmith_core::{Error, HoldMode, Result};
+use locksmith_core::{ConflictKind, Error, HoldMode, ModeConflict, Result};
 use sqlx::Row;
 
 use crate::db::{Db, Pool, BUMP_FENCE_POSTGRES};
@@ -114,22 +114,42 @@ fn left(live: Option<Live>) -> Option<Duration> {
     live.and_then(|l| u64::try_from(l.left_ms).ok()).map(Duration::from_millis)
 }
 
+impl Seen {
+    /// How the name is in use, as a lock and as a semaphore (both only in a table written by
+    /// hand): a waiting writer's announcement makes it a lock. For a semaphore whose permits
+    /// rows disagree, the number that is not `asked`'s.
+    fn in_use(&self, asked: HoldMode) -> [Option<HoldMode>; 2] {
+        let lock = match (self.exclusive, self.shared.or(self.writers_waiting)) {
+            (Some(_), _) => Some(HoldMode::Exclusive),
+            (None, Some(_)) => Some(HoldMode::Shared),
+            (None, None) => None,
+        };
+        let asked_n = match asked {
+            HoldMode::Permit(n) => i64::from(n),
+            _ => 0,
+        };
+        let semaphore = self.permits.map(|(_, lo, hi)| {
+            let n = if lo != asked_n { lo } else { hi };
+            HoldMode::Permit(u32::try_from(n).unwrap_or(u32::MAX))
+        });
+        [lock, semaphore]
+    }
+}
+
 /// Why an acquisition of `mode` that was not granted could not be: busy (with how long the first
-/// hold in its way has left) or refused. The rules (the native server's, `machine/lock.rs`):
-/// an exclusive hold excludes everyone; shared holds go together; permits of one semaphore go
-/// together up to its N, and everyone must ask for the same N while it is in use; a semaphore's
-/// name is not a lock, nor the other way round. A waiting writer's announcement keeps new
-/// readers out (writer preference); it does not stop writers or permits.
+/// hold in its way has left) or refused. Which holds go together and which are refused are the
+/// rules of `locksmith_core::holding` (the statements above apply them atomically, in SQL);
+/// this judges what the look saw. A waiting writer's announcement keeps new readers out
+/// (writer preference); it does not stop writers or permits.
 pub(crate) fn verdict(mode: HoldMode, name: &str, seen: &Seen) -> Attempt {
+    if let Some(why) = seen.in_use(mode).into_iter().flatten().find_map(|in_use| ConflictKind::between(in_use, mode)) {
+        return Attempt::Refused(ModeConflict::new(name, why).to_string());
+    }
     // Nothing in the way any more (released between the insert and the look): try again soon.
     let again = Attempt::Busy { left: Some(Duration::ZERO), readers: false };
     let busy = |live: Option<Live>, readers: bool| Attempt::Busy { left: left(live), readers };
-    let semaphore = seen.permits.map(|(_, n, _)| n);
     match mode {
         HoldMode::Exclusive | HoldMode::Shared => {
-            if let Some(n) = semaphore {
-                return Attempt::Refused(format!("{name:?} is a semaphore of {n} permits now, not a lock"));
-            }
             if seen.exclusive.is_some() {
                 return busy(seen.exclusive, false);
             }
@@ -145,25 +165,13 @@ pub(crate) fn verdict(mode: HoldMode, name: &str, seen: &Seen) -> Attempt {
                 None => again,
             }
         }
-        HoldMode::Permit(n) => {
-            let n = i64::from(n);
-            if seen.exclusive.is_some() || seen.shared.is_some() || seen.writers_waiting.is_some() {
-                return Attempt::Refused(format!(
-                    "{name:?} is in use as a lock now; asked for a permit of a {n}-permit semaphore"
-                ));
-            }
-            match seen.permits {
-                Some((_, lo, hi)) if lo != n || hi != n => {
-                    let m = if lo != n { lo } else { hi };
-                    Attempt::Refused(format!("{name:?} is a semaphore of {m} permits now; asked for one of {n}"))
-                }
-                Some((live, _, _)) if live.count >= n => busy(Some(live), false),
-                _ => match seen.other {
-                    Some(other) => busy(Some(other), false),
-                    None => again,
-                },
-            }
-        }
+        HoldMode::Permit(n) => match seen.permits {
+            Some((live, _, _)) if live.count >= i64::from(n) => busy(Some(live), false),
+            _ => match seen.other {
+                Some(other) => busy(Some(other), false),
+                None => again,
+            },
+        },
         // A kind this version does not know is refused by `supports` before it gets here.
         _ => Attempt::Refused(format!("{name:?}: {mode} holds are not offered by the sql backends")),
     }

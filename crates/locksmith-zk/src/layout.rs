@@ -9,7 +9,7 @@
 use std::future::Future;
 use std::time::Duration;
 
-use locksmith_core::Error;
+use locksmith_core::{holders_of, Error, HoldMode};
 use zookeeper_client as zk;
 
 /// The kind of a contender node in a lock directory, by the recipe that names it so.
@@ -39,9 +39,17 @@ const MARKERS: [(&str, Kind); 5] = [
 ];
 
 impl Kind {
-    /// Whether a node of this kind excludes every other holder (all but readers do).
+    /// The kind of hold a node of this kind is: a reader's is shared, every other node
+    /// excludes every other holder.
+    pub(crate) fn mode(self) -> HoldMode {
+        match self {
+            Kind::Reader => HoldMode::Shared,
+            Kind::Mutex | Kind::Kazoo | Kind::Writer | Kind::Latch => HoldMode::Exclusive,
+        }
+    }
+
     pub(crate) fn is_exclusive(self) -> bool {
-        self != Kind::Reader
+        self.mode() == HoldMode::Exclusive
     }
 
     /// The recipe name Curator puts after the protected prefix `_c_<uuid>-`.
@@ -106,28 +114,28 @@ pub(crate) enum Verdict<'a> {
     Gone,
 }
 
-/// Where our node `me` stands among the sorted `cs`. An exclusive node holds when it is the
-/// first of all (Curator's write lock and mutex: `ourIndex < 1`) and waits for its immediate
-/// predecessor; a reader holds when no exclusive node is before it (Curator's
-/// `readLockPredicate`) and waits for the nearest exclusive node before it — when that one
-/// goes, either the reader holds or another exclusive node before it is next. Herd free: one
-/// watch per waiter, on a node whose deletion can change its verdict.
+/// Where our node `me` stands among the sorted `cs`: it holds when it is among their holders
+/// ([`holders`]: Curator's `ourIndex < 1` for the mutex and write lock, its
+/// `readLockPredicate` for readers). A waiting exclusive node waits for its immediate
+/// predecessor; a waiting reader for the nearest exclusive node before it — when that one goes,
+/// either the reader holds or another exclusive node before it is next. Herd free: one watch
+/// per waiter, on a node whose deletion can change its verdict.
 pub(crate) fn verdict<'a>(cs: &'a [Contender], me: &str) -> Verdict<'a> {
     let Some(pos) = cs.iter().position(|c| c.node == me) else { return Verdict::Gone };
+    if pos < holders(cs) {
+        return Verdict::Holds;
+    }
     let before = &cs[..pos];
     let ahead =
         if cs[pos].kind.is_exclusive() { before.last() } else { before.iter().rev().find(|c| c.kind.is_exclusive()) };
     ahead.map_or(Verdict::Holds, Verdict::WaitsFor)
 }
 
-/// How many of the sorted `cs`, from the first, hold the lock: the first exclusive node alone,
-/// or every reader before the first exclusive node.
+/// How many of the sorted `cs`, from the first, hold the lock, by the rules every backend
+/// shares ([`holders_of`]): the first exclusive node alone, or every reader before the first
+/// exclusive node.
 pub(crate) fn holders(cs: &[Contender]) -> usize {
-    match cs.first() {
-        None => 0,
-        Some(c) if c.kind.is_exclusive() => 1,
-        Some(_) => cs.iter().take_while(|c| !c.kind.is_exclusive()).count(),
-    }
+    holders_of(cs.iter().map(|c| c.kind.mode()))
 }
 
 /// The children of a semaphore's directory (Curator `InterProcessSemaphoreV2`): its internal

@@ -4,7 +4,9 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use locksmith_core::driver::{CancelGuard, HoldTable};
-use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result};
+use locksmith_core::{
+    AcquireRequest, Acquired, ConflictKind, Error, HoldMode, KeepAlive, LockName, ModeConflict, Result,
+};
 use zookeeper_client as zk;
 
 use crate::layout::{self, contenders, map_err, retry, Kind, Verdict};
@@ -236,10 +238,12 @@ impl ZkSession {
             Err(zk::Error::NoNode) => None,
             Err(e) => return Err(self.err(e)),
         };
-        Err(Error::InvalidArgument(match permits {
-            Some(n) => format!("{name} is a semaphore of {n} permits now, not a lock"),
-            None => format!("{name} is a semaphore in use now (Curator InterProcessSemaphoreV2 leases), not a lock"),
-        }))
+        let conflict = ModeConflict::new(name.as_str(), ConflictKind::SemaphoreAsLock { permits });
+        Err(match permits {
+            Some(_) => conflict,
+            None => conflict.seen_at(format!("Curator InterProcessSemaphoreV2 lease {leases}/{node}")),
+        }
+        .into())
     }
 
     /// Refuses a permit when other leases say the semaphore has another number of permits, or
@@ -263,9 +267,8 @@ impl ZkSession {
                 // Every lease of ours agreed with the others when it was created: one settles it.
                 Ok((data, _)) => match layout::parse_lease_data(&data) {
                     Some((n, _)) if n != permits => {
-                        return Err(Error::InvalidArgument(format!(
-                            "{name} is a semaphore of {n} permits now; asked for one of {permits}"
-                        )))
+                        let why = ConflictKind::OtherPermits { permits: Some(n), asked: permits };
+                        return Err(ModeConflict::new(name.as_str(), why).into());
                     }
                     Some(_) => break,
                     None => {}
@@ -275,9 +278,9 @@ impl ZkSession {
             }
         }
         match retry(|| client.list_children(dir)).await {
-            Ok(c) if c.iter().any(|n| layout::is_contender(n)) => Err(Error::InvalidArgument(format!(
-                "{name} is in use as a lock now; asked for a permit of a {permits}-permit semaphore"
-            ))),
+            Ok(c) if c.iter().any(|n| layout::is_contender(n)) => {
+                Err(ModeConflict::new(name.as_str(), ConflictKind::LockAsSemaphore { asked: permits }).into())
+            }
             Ok(_) | Err(zk::Error::NoNode) => Ok(()),
             Err(e) => Err(self.err(e)),
         }

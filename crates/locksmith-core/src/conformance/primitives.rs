@@ -11,6 +11,15 @@ use std::time::Duration;
 use super::{client, unique, Target, TTL};
 use crate::{Error, HoldMode, LockOptions};
 
+pub use super::holding::{
+    a_cancelled_permit_waiter_leaves_no_entry_and_takes_no_permit,
+    a_cancelled_reader_or_writer_leaves_no_entry_and_no_hold, a_name_is_a_lock_or_a_semaphore_never_both,
+    a_write_unlock_admits_the_queued_readers_up_to_the_next_writer,
+    every_grant_of_a_read_write_lock_takes_the_next_token, every_permit_takes_the_next_token,
+    permit_waiters_get_whichever_permit_comes_free_in_arrival_order, status_shows_every_permit_holder_and_the_permits,
+    status_shows_every_reader_then_the_writer_alone,
+};
+
 /// The next leader an observer reports, within 5 s.
 async fn next(l: &mut crate::Observer) -> Option<crate::Leader> {
     match tokio::time::timeout(Duration::from_secs(5), l.next()).await {
@@ -139,22 +148,6 @@ pub async fn a_permit_comes_back_when_its_holders_session_ends(t: &dyn Target) {
     let got = got.unwrap_or_else(|e| panic!("the closed holder's permit did not come back: {e}"));
     assert!(got.token() > held.token());
     drop(held);
-    b.close().await;
-}
-
-/// Everyone using a semaphore must agree on its permits: another number is refused clearly,
-/// as is asking for its name as a lock.
-pub async fn a_semaphore_in_use_refuses_another_number_of_permits(t: &dyn Target) {
-    let name = unique("sem-n");
-    let a = client(t, TTL).await;
-    let b = client(t, TTL).await;
-    let g = a.lock_with(&name, LockOptions::new().permits(2)).await.unwrap_or_else(|e| panic!("permit: {e}"));
-    for opts in [LockOptions::new().permits(5), LockOptions::new()] {
-        let r = b.try_lock_with(&name, opts).await;
-        assert!(matches!(r, Err(Error::InvalidArgument(_))), "expected a refusal, got {r:?}");
-    }
-    assert!(g.unlock().await.unwrap_or(false));
-    a.close().await;
     b.close().await;
 }
 
@@ -317,7 +310,11 @@ macro_rules! rwlock_suite {
     ($make:expr) => {
         $crate::primitives_suite!(@each $make;
             readers_share_and_never_overlap_a_writer,
-            a_writer_gets_in_while_readers_keep_arriving
+            a_writer_gets_in_while_readers_keep_arriving,
+            every_grant_of_a_read_write_lock_takes_the_next_token,
+            status_shows_every_reader_then_the_writer_alone,
+            a_cancelled_reader_or_writer_leaves_no_entry_and_no_hold,
+            a_write_unlock_admits_the_queued_readers_up_to_the_next_writer
         );
     };
 }
@@ -330,25 +327,25 @@ macro_rules! semaphore_suite {
         $crate::primitives_suite!(@each $make;
             a_semaphore_never_exceeds_its_permits,
             a_permit_comes_back_when_its_holders_session_ends,
-            a_semaphore_in_use_refuses_another_number_of_permits
+            every_permit_takes_the_next_token,
+            status_shows_every_permit_holder_and_the_permits,
+            a_cancelled_permit_waiter_leaves_no_entry_and_takes_no_permit,
+            permit_waiters_get_whichever_permit_comes_free_in_arrival_order,
+            a_name_is_a_lock_or_a_semaphore_never_both
         );
     };
 }
 
 /// Expands one `#[tokio::test]` per property of the primitives beyond the mutex for the
-/// [`Target`] built by `$make` (a backend that offers read locks, semaphores and elections).
+/// [`Target`] built by `$make` (a backend that offers read locks, semaphores and elections):
+/// the read/write lock, semaphore and election suites, and re-entry across kinds.
 #[macro_export]
 macro_rules! primitives_suite {
     ($make:expr) => {
-        $crate::primitives_suite!(@each $make;
-            readers_share_and_never_overlap_a_writer,
-            a_writer_gets_in_while_readers_keep_arriving,
-            a_semaphore_never_exceeds_its_permits,
-            a_permit_comes_back_when_its_holders_session_ends,
-            a_semaphore_in_use_refuses_another_number_of_permits,
-            reentering_with_a_different_mode_is_refused,
-            the_next_leader_has_a_higher_term_and_observers_see_both
-        );
+        $crate::rwlock_suite!($make);
+        $crate::semaphore_suite!($make);
+        $crate::election_suite!($make);
+        $crate::primitives_suite!(@each $make; reentering_with_a_different_mode_is_refused);
     };
     (@each $make:expr; $($name:ident),* $(,)?) => {
         $(

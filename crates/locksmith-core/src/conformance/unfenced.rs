@@ -71,7 +71,7 @@ impl Target for UnfencedTarget {
         Client::new(Arc::new(ShimBackend { inner, counter: self.counter.clone() }), ttl)
     }
     fn caps(&self) -> Caps {
-        Caps { fifo: false, reports_waiters: false }
+        Caps { fifo: false, reports_waiters: false, ..Caps::default() }
     }
 }
 

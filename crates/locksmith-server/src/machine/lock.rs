@@ -1,10 +1,8 @@
 //! One lock's state: its counters, kept forever, and — only while something is going on — its
-//! holders, its queue and its lock-delay. The rules of which holds go together live here:
-//!
-//! - exclusive: nobody else holds the name (the mutex, or a read/write lock's writer);
-//! - shared: only other shared holders (a read/write lock's readers);
-//! - permit of N: at most N permit holders (a semaphore), and everyone asks for the same N while
-//!   the semaphore is in use.
+//! holders, its queue and its lock-delay. Which holds go together, and which are refused on a
+//! name in use another way, are the rules every backend shares (`locksmith_core::holding`:
+//! [`HoldMode::joins`], [`ConflictKind::between`]); this file only applies them to the holders
+//! and the queue.
 //!
 //! The queue is first come, first served whatever the kind: a waiter is admitted only when it
 //! is at the head, so readers arriving after a queued writer wait behind it (no writer
@@ -13,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use locksmith_core::HoldMode;
+use locksmith_core::{ConflictKind, HoldMode};
 
 use super::holders::Holders;
 use super::SessionId;
@@ -66,14 +64,7 @@ impl Busy {
         if self.delay_until.is_some_and(|t| t > now) {
             return false;
         }
-        let first = self.holders.first().map(|h| h.mode);
-        match mode {
-            HoldMode::Exclusive => first.is_none(),
-            HoldMode::Shared => first.is_none_or(|m| m == HoldMode::Shared),
-            HoldMode::Permit(n) => self.holders.len() < n as usize,
-            // Modes this server does not know are refused before they get here.
-            _ => false,
-        }
+        mode.joins(self.holders.len(), self.holders.first().map(|h| h.mode))
     }
 
     /// The semaphore's number of permits while it is in use.
@@ -132,20 +123,8 @@ impl Lock {
 
     /// Why a hold of `mode` cannot be asked for on this lock at all (a semaphore asked for as a
     /// lock, or with another number of permits), while it is in use.
-    pub(super) fn refuses(&self, mode: HoldMode) -> Option<String> {
-        let current = self.busy.as_ref()?.in_use_as()?;
-        match (current, mode) {
-            (HoldMode::Permit(n), HoldMode::Permit(m)) if n != m => {
-                Some(format!("is a semaphore of {n} permits now; asked for one of {m}"))
-            }
-            (HoldMode::Permit(n), HoldMode::Exclusive | HoldMode::Shared) => {
-                Some(format!("is a semaphore of {n} permits now, not a lock"))
-            }
-            (HoldMode::Exclusive | HoldMode::Shared, HoldMode::Permit(m)) => {
-                Some(format!("is in use as a lock now; asked for a permit of a {m}-permit semaphore"))
-            }
-            _ => None,
-        }
+    pub(super) fn refuses(&self, mode: HoldMode) -> Option<ConflictKind> {
+        ConflictKind::between(self.busy.as_ref()?.in_use_as()?, mode)
     }
 
     pub(super) fn busy_mut(&mut self) -> &mut Busy {

@@ -58,6 +58,7 @@ pub use command::{Acquire, InvalidOwner, Owner, Release};
 pub use locksmith_core::HoldMode;
 /// Lock names, validated by `locksmith-core` (the same rules on every backend).
 pub use locksmith_core::LockName;
+use locksmith_core::ModeConflict;
 pub use record::Record;
 
 /// Session id: `epoch << 32 | n`, unique across restarts (see [`Record::Boot`]).
@@ -518,7 +519,7 @@ impl Machine {
             return Ok(AcquireOutcome::Granted(h.token));
         }
         if let Some(why) = lock.and_then(|l| l.refuses(mode)) {
-            return Err(Refusal::Invalid(format!("lock {name:?} {why}")));
+            return Err(Refusal::Invalid(ModeConflict::new(name, why).to_string()));
         }
         let free = lock.is_none_or(|l| l.grants_now(mode, now));
         if !free && !wait {

@@ -114,11 +114,12 @@ pub struct ServeArgs {
     /// peer is gone; `0s`: off.
     #[arg(long, env = "LOCKSMITH_TCP_KEEPALIVE", value_name = "DURATION", default_value = "60s", value_parser = duration_arg)]
     pub tcp_keepalive: Duration,
-    /// Live sessions on the server.
+    /// Live sessions on the server. When full, a new session of a principal (or address)
+    /// holding fewer sessions than the one holding the most ends one of that one's sessions.
     #[arg(long, env = "LOCKSMITH_MAX_SESSIONS", value_name = "N", default_value_t = lock_limits().max_sessions as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,
-    /// Live sessions of one client: its principal with --auth, otherwise its address (all
-    /// processes of one host together).
+    /// Live sessions of one client: its principal with --auth, otherwise its connection
+    /// (address and port: one locksmith process).
     #[arg(long, env = "LOCKSMITH_MAX_SESSIONS_PER_CLIENT", value_name = "N", default_value_t = lock_limits().max_sessions_per_client as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions_per_client: u64,
     /// Waiters queued on one lock.

@@ -106,7 +106,7 @@ impl Locksmith for Grpc {
             bearer: bearer(&request).map(str::to_string),
             certificate: request.peer_certs().and_then(|c| c.first().map(|c| c.as_ref().to_vec())),
         });
-        let caller = Caller { principal, peer: request.remote_addr().map(|a| a.ip()), recheck };
+        let caller = Caller { principal, peer: request.remote_addr(), recheck };
         let inbound = request.into_inner().map(|r| r.map_err(inbound_error));
         let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
         tokio::spawn(serve_stream_as(self.service.clone(), inbound, out, caller, Some(self.limits.open_timeout)));

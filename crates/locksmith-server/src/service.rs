@@ -558,6 +558,7 @@ impl Actor {
             Command::Detach { session, conn } => {
                 if self.conns.get(&session).is_some_and(|(c, _)| *c == conn) {
                     self.conns.remove(&session);
+                    self.clients.attach(session, false);
                 }
             }
             Command::Status { query, principal, reply } => {
@@ -634,6 +635,14 @@ impl Actor {
             None => self.clients.admit(&open),
             Some(_) => Ok(()),
         };
+        if admitted.is_ok()
+            && open.resume.is_none()
+            && self.machine.session_count() >= self.machine.limits().max_sessions
+        {
+            if let Some(victim) = self.clients.make_room(&open) {
+                self.evict(t, victim);
+            }
+        }
         match admitted.and_then(|()| self.machine.open(t, open.ttl, open.resume, digest)) {
             Ok((session, ttl)) => {
                 self.clients.add(session, &open);
@@ -675,6 +684,39 @@ impl Actor {
                 }
                 let _ = reply.send(None);
             }
+        }
+    }
+
+    /// Ends `victim` to make room in a full session table for a client that holds fewer (see
+    /// `crate::clients`): closed like a clean close (its holds handed on, with greater tokens),
+    /// and its client told its session expired, as after an administrator's release.
+    fn evict(&mut self, t: Instant, victim: SessionId) {
+        let principal = self.principals.remove(&victim);
+        self.telemetry.closing(victim, principal.as_deref(), self.machine.session_ttl_left(t, victim));
+        crate::telemetry::limit_hit(crate::telemetry::Limit::SessionEvicted);
+        if let Some(more_since_last) = self.clients.log_eviction() {
+            tracing::warn!(
+                session = victim,
+                principal = principal.as_deref().unwrap_or("-"),
+                more_since_last,
+                "session table full (--max-sessions): ended a session of the client holding the most, to admit a \
+                 client holding fewer"
+            );
+        }
+        self.machine.close(t, victim);
+        self.collect();
+        self.clients.remove(victim);
+        if let Some((_, out)) = self.conns.remove(&victim) {
+            let m = ServerMessage {
+                id: 0,
+                body: Some(locksmith_proto::server_message::Body::Error(locksmith_proto::Error {
+                    code: locksmith_proto::error::Code::SessionExpired as i32,
+                    message: "session ended: the server's session table is full and this client holds more sessions \
+                              than the one that needed a place"
+                        .into(),
+                })),
+            };
+            self.msgs.push((out, m));
         }
     }
 

@@ -117,8 +117,10 @@ pub enum Limit {
     OpenTimeout,
     /// The server's live session limit.
     Sessions,
-    /// Live sessions of one client (principal or address).
+    /// Live sessions of one client (principal, or connection without authentication).
     SessionsPerClient,
+    /// A session ended to make room in a full session table for a client holding fewer.
+    SessionEvicted,
     /// Holds and waits of one session.
     EntriesPerSession,
     /// Waiters on one lock.
@@ -138,6 +140,7 @@ impl Limit {
             Limit::OpenTimeout => "open_timeout",
             Limit::Sessions => "sessions",
             Limit::SessionsPerClient => "sessions_per_client",
+            Limit::SessionEvicted => "session_evicted",
             Limit::EntriesPerSession => "entries_per_session",
             Limit::WaitersPerLock => "waiters_per_lock",
             Limit::Other => "other",

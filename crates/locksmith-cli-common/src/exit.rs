@@ -20,6 +20,8 @@ pub const TEMPFAIL: u8 = 75;
 pub const LOST: u8 = 76;
 /// `serve`: the data directory cannot be created or opened (sysexits `EX_CANTCREAT`).
 pub const CANTCREAT: u8 = 73;
+/// `serve`: an I/O error on the disk stopped the server (sysexits `EX_IOERR`).
+pub const IOERR: u8 = 74;
 /// The backend refused our credentials or permissions (sysexits `EX_NOPERM`).
 pub const AUTH: u8 = 77;
 /// The connection's configuration is wrong: TLS verification, TLS required, unreadable

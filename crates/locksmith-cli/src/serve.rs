@@ -32,7 +32,13 @@ Beyond loopback, --listen needs --client-ca (clients authenticated by certificat
 Every option can also come from an environment variable (LOCKSMITH_ and the option's name in
 capitals, `-` as `_`, e.g. LOCKSMITH_MAX_CONNECTIONS=500) or from the TOML file of --config
 (keys are the option names: `max-connections = 500`); a flag beats the environment, which beats
-the file. Durations are written like 500ms, 10s, 2m; `0s` turns a keepalive off.")]
+the file. Durations are written like 500ms, 10s, 2m; `0s` turns a keepalive off.
+
+Exit codes: 0 stopped by SIGINT/SIGTERM; 2 bad arguments; 65 corrupt data directory; 69 cannot
+listen on --listen or --metrics-listen; 70 a cluster node's Raft core stopped (a panic); 73 data
+directory cannot be created or opened; 74 a cluster node's Raft core stopped on a storage error;
+75 data directory in use; 78 configuration error; 1 another failure while running (a failing
+disk under a single node's log).")]
 pub struct ServeArgs {
     /// Read options from this TOML file (keys: the long option names, e.g. `data-dir`); flags
     /// and environment variables take precedence over it.
@@ -469,9 +475,12 @@ fn report_server(context: &str, err: &locksmith_server::ServerError) -> ExitCode
 
 /// The exit code for a server failure: a corrupt data directory is [`exit::DATA`], one that
 /// cannot be created or opened [`exit::CANTCREAT`], one in use by another server
-/// [`exit::TEMPFAIL`]; a failed disk or transport are 1.
+/// [`exit::TEMPFAIL`]; a cluster node whose Raft core stopped [`exit::IOERR`] when a storage
+/// error stopped it, else [`exit::SOFTWARE`]; a failed disk or transport are 1.
 fn server_code_for(err: &locksmith_server::ServerError) -> u8 {
     match err {
+        locksmith_server::ServerError::RaftStopped { storage: true } => exit::IOERR,
+        locksmith_server::ServerError::RaftStopped { storage: false } => exit::SOFTWARE,
         locksmith_server::ServerError::Corrupt(_) => exit::DATA,
         locksmith_server::ServerError::DataDir { .. } => exit::CANTCREAT,
         locksmith_server::ServerError::InUse(_) => exit::TEMPFAIL,
@@ -494,6 +503,8 @@ mod tests {
         assert_eq!(server_code_for(&ServerError::InUse("./locksmith-data".into())), 75);
         let source = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
         assert_eq!(server_code_for(&ServerError::DataDir { path: "/x".into(), source }), 73);
+        assert_eq!(server_code_for(&ServerError::RaftStopped { storage: false }), 70);
+        assert_eq!(server_code_for(&ServerError::RaftStopped { storage: true }), 74);
         assert_eq!(server_code_for(&ServerError::WriterStopped), 1);
         assert_eq!(server_code_for(&ServerError::Io(std::io::Error::other("disk full"))), 1);
     }

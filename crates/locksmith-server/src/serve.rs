@@ -267,8 +267,9 @@ pub async fn serve(
             return Err(match foreign {
                 Some(message) => ServerError::Config(message),
                 None => {
-                    tracing::error!("the raft core stopped; this node exits so that its supervisor restarts it");
-                    ServerError::Failed("the raft core stopped (see the log above); restart the node".into())
+                    let storage = raft.as_ref().is_some_and(|node| node.stopped_by_storage());
+                    tracing::error!(storage, "the raft core stopped; this node exits so that its supervisor restarts it");
+                    ServerError::RaftStopped { storage }
                 }
             });
         }

@@ -218,17 +218,19 @@ pub async fn serve(
     let health_service = health_service.max_decoding_message_size(MAX_HEALTH_MESSAGE);
     health.set_serving::<LocksmithServer<Grpc>>().await;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // One byte budget per address for incomplete messages, across every service of the port.
+    let budgets = crate::budget::Budgets::new(crate::budget::PARTIAL_BYTES_PER_ADDRESS);
     let router = builder
-        .add_service(health_service)
-        .add_service(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone()))
+        .add_service(budgets.wrap(health_service))
+        .add_service(budgets.wrap(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone())))
         // Peers reach a cluster node on the same port, through the same TLS.
-        .add_optional_service(raft.as_ref().map(|node| node.service()))
+        .add_optional_service(raft.as_ref().map(|node| budgets.wrap(node.service())))
         // A single node answers that it is not a cluster.
-        .add_service(crate::cluster::admin::Admin::server(
+        .add_service(budgets.wrap(crate::cluster::admin::Admin::server(
             raft.clone(),
             opts.auth.clone(),
             opts.cluster.as_ref().and_then(|c| c.secret.clone()),
-        ))
+        )))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });

@@ -115,6 +115,8 @@ pub enum Limit {
     Silence,
     /// `--open-timeout`: a session stream did not start with `open` in time.
     OpenTimeout,
+    /// A call's incomplete message would take its address past its byte budget.
+    PartialBytesPerAddress,
     /// The server's live session limit.
     Sessions,
     /// Live sessions of one client (principal, or connection without authentication).
@@ -138,6 +140,7 @@ impl Limit {
             Limit::FirstByte => "first_byte_timeout",
             Limit::Silence => "silence",
             Limit::OpenTimeout => "open_timeout",
+            Limit::PartialBytesPerAddress => "partial_bytes_per_address",
             Limit::Sessions => "sessions",
             Limit::SessionsPerClient => "sessions_per_client",
             Limit::SessionEvicted => "session_evicted",

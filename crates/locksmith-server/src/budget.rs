@@ -5,8 +5,9 @@
 //! stalls before their last byte makes the server hold each one: measured with `--auth`, 20
 //! connections × 100 stalled 64 KiB calls from one address grew a server by 152 MB, so the
 //! 1,000 connections one address may open could hold gigabytes. The HTTP/2 windows bound one
-//! connection only. [`Budgeted`] wraps every service of the port (lock, cluster admin, health,
-//! Raft) and counts, per address, the bytes of messages begun but not complete; a call whose
+//! connection only. [`Budgeted`] wraps the services that decode before they know the caller
+//! (lock, cluster admin, health; Raft's gate refuses a non-node at its headers, body unread)
+//! and counts, per address, the bytes of messages begun but not complete; a call whose
 //! message would take its address past [`PARTIAL_BYTES_PER_ADDRESS`] ends with
 //! `RESOURCE_EXHAUSTED` and its bytes are freed. Whole messages cost nothing here: a client's
 //! lock messages are a few hundred bytes and complete within one frame.

@@ -218,13 +218,16 @@ pub async fn serve(
     let health_service = health_service.max_decoding_message_size(MAX_HEALTH_MESSAGE);
     health.set_serving::<LocksmithServer<Grpc>>().await;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    // One byte budget per address for incomplete messages, across every service of the port.
+    // One byte budget per address for incomplete messages, across the services that decode a
+    // message before they know who sent it. Raft is not among them: its gate refuses a call
+    // that is not from a node at its headers, body unread, and a node's replication (batches
+    // up to 2 MiB, several in flight) must not compete with clients on the same address.
     let budgets = crate::budget::Budgets::new(crate::budget::PARTIAL_BYTES_PER_ADDRESS);
     let router = builder
         .add_service(budgets.wrap(health_service))
         .add_service(budgets.wrap(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone())))
         // Peers reach a cluster node on the same port, through the same TLS.
-        .add_optional_service(raft.as_ref().map(|node| budgets.wrap(node.service())))
+        .add_optional_service(raft.as_ref().map(|node| node.service()))
         // A single node answers that it is not a cluster.
         .add_service(budgets.wrap(crate::cluster::admin::Admin::server(
             raft.clone(),

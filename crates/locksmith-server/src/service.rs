@@ -635,12 +635,17 @@ impl Actor {
             None => self.clients.admit(&open),
             Some(_) => Ok(()),
         };
-        if admitted.is_ok()
-            && open.resume.is_none()
-            && self.machine.session_count() >= self.machine.limits().max_sessions
-        {
-            if let Some(victim) = self.clients.make_room(&open) {
-                self.evict(t, victim);
+        // A full table makes room for a new session that the machine will then accept: never
+        // for one it refuses anyway (a TTL out of range), which would evict for nothing.
+        let limits = self.machine.limits();
+        if admitted.is_ok() && open.resume.is_none() && (limits.min_ttl..=limits.max_ttl).contains(&open.ttl) {
+            // Sessions whose lease ran out leave first.
+            self.machine.tick(t);
+            self.collect();
+            if self.machine.session_count() >= self.machine.limits().max_sessions {
+                if let Some(victim) = self.clients.make_room(&open) {
+                    self.evict(t, victim);
+                }
             }
         }
         match admitted.and_then(|()| self.machine.open(t, open.ttl, open.resume, digest)) {
@@ -824,6 +829,33 @@ mod tests {
             cluster: None,
             serving: watch::channel(Serving { serving: true, leader: None }).0,
         }
+    }
+
+    /// Opens a new session from `peer` with `ttl`: the session, or `None` when refused.
+    fn open_from(actor: &mut Actor, peer: &str, ttl: Duration) -> Option<SessionId> {
+        let (out, _rx) = mpsc::unbounded_channel();
+        let (reply, mut opened) = oneshot::channel();
+        let open = Open { ttl, resume: None, secret: [0; 32], principal: None, peer: Some(peer.parse().unwrap()) };
+        actor.handle(Command::Open { conn: actor.conns.len() as u64 + 100, id: 1, open, out: out.into(), reply });
+        actor.flush().unwrap();
+        opened.try_recv().unwrap()
+    }
+
+    /// A full table makes room for a newcomer holding fewer sessions, but never for an open the
+    /// machine refuses anyway: a TTL out of range evicts nobody.
+    #[tokio::test]
+    async fn a_full_table_evicts_only_for_an_open_it_then_accepts() {
+        let limits = Limits { max_sessions: 2, ..Limits::default() };
+        let mut actor = actor();
+        actor.machine = Machine::new(limits, 1);
+        let ttl = Duration::from_secs(10);
+        assert!(open_from(&mut actor, "127.0.0.1:4000", ttl).is_some());
+        assert!(open_from(&mut actor, "127.0.0.1:4000", ttl).is_some());
+        assert_eq!(open_from(&mut actor, "127.0.0.1:4001", Duration::from_secs(100_000)), None);
+        assert_eq!(actor.machine.session_count(), 2, "a refused open evicted a session");
+        assert!(open_from(&mut actor, "127.0.0.1:4001", ttl).is_some(), "the newcomer on its own connection");
+        assert_eq!(actor.machine.session_count(), 2);
+        assert_eq!(open_from(&mut actor, "127.0.0.1:4000", ttl), None, "the largest holder cannot take it back");
     }
 
     /// Opens (or resumes) a session on connection `conn`; returns it and its stream's messages.

@@ -20,8 +20,8 @@ pub const TEMPFAIL: u8 = 75;
 pub const LOST: u8 = 76;
 /// `serve`: the data directory cannot be created or opened (sysexits `EX_CANTCREAT`).
 pub const CANTCREAT: u8 = 73;
-/// `serve`: no space left for the data directory (sysexits `EX_IOERR`): start again once some
-/// is free.
+/// `serve`: a disk error stopped the server or its Raft core, or no space is left for the data
+/// directory (sysexits `EX_IOERR`): start again once the disk is fixed or some space is free.
 pub const IOERR: u8 = 74;
 /// The backend refused our credentials or permissions (sysexits `EX_NOPERM`).
 pub const AUTH: u8 = 77;

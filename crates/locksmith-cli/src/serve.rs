@@ -36,7 +36,13 @@ Beyond loopback, --listen needs --client-ca (clients authenticated by certificat
 Every option can also come from an environment variable (LOCKSMITH_ and the option's name in
 capitals, `-` as `_`, e.g. LOCKSMITH_MAX_CONNECTIONS=500) or from the TOML file of --config
 (keys are the option names: `max-connections = 500`); a flag beats the environment, which beats
-the file. Durations are written like 500ms, 10s, 2m; `0s` turns a keepalive off.")]
+the file. Durations are written like 500ms, 10s, 2m; `0s` turns a keepalive off.
+
+Exit codes: 0 stopped by SIGINT/SIGTERM; 2 bad arguments; 65 corrupt data directory; 69 cannot
+listen on --listen or --metrics-listen; 70 a cluster node's Raft core stopped (a panic); 73 data
+directory cannot be created or opened; 74 a cluster node's Raft core stopped on a storage error;
+75 data directory in use; 78 configuration error; 1 another failure while running (a failing
+disk under a single node's log).")]
 pub struct ServeArgs {
     /// Read options from this TOML file (keys: the long option names, e.g. `data-dir`); flags
     /// and environment variables take precedence over it.
@@ -127,11 +133,12 @@ pub struct ServeArgs {
     /// peer is gone; `0s`: off.
     #[arg(long, env = "LOCKSMITH_TCP_KEEPALIVE", value_name = "DURATION", default_value = "60s", value_parser = duration_arg)]
     pub tcp_keepalive: Duration,
-    /// Live sessions on the server.
+    /// Live sessions on the server. When full, a new session of a principal (or address)
+    /// holding fewer sessions than the one holding the most ends one of that one's sessions.
     #[arg(long, env = "LOCKSMITH_MAX_SESSIONS", value_name = "N", default_value_t = lock_limits().max_sessions as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions: u64,
-    /// Live sessions of one client: its principal with --auth, otherwise its address (all
-    /// processes of one host together).
+    /// Live sessions of one client: its principal with --auth, otherwise its connection
+    /// (address and port: one locksmith process).
     #[arg(long, env = "LOCKSMITH_MAX_SESSIONS_PER_CLIENT", value_name = "N", default_value_t = lock_limits().max_sessions_per_client as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_sessions_per_client: u64,
     /// Waiters queued on one lock.
@@ -490,10 +497,13 @@ fn report_server(context: &str, err: &locksmith_server::ServerError) -> ExitCode
 
 /// The exit code for a server failure: a corrupt data directory is [`exit::DATA`], one that
 /// cannot be created or opened [`exit::CANTCREAT`], one in use by another server
-/// [`exit::TEMPFAIL`], one without space left [`exit::IOERR`]; another failed disk or the
-/// transport are 1.
+/// [`exit::TEMPFAIL`], one without space left [`exit::IOERR`]; a cluster node whose Raft core
+/// stopped [`exit::IOERR`] when a storage error stopped it, else [`exit::SOFTWARE`]; another
+/// failed disk or the transport are 1.
 fn server_code_for(err: &locksmith_server::ServerError) -> u8 {
     match err {
+        locksmith_server::ServerError::RaftStopped { storage: true } => exit::IOERR,
+        locksmith_server::ServerError::RaftStopped { storage: false } => exit::SOFTWARE,
         locksmith_server::ServerError::Corrupt(_) => exit::DATA,
         locksmith_server::ServerError::DataDir { .. } => exit::CANTCREAT,
         locksmith_server::ServerError::InUse(_) => exit::TEMPFAIL,
@@ -517,6 +527,8 @@ mod tests {
         assert_eq!(server_code_for(&ServerError::InUse("./locksmith-data".into())), 75);
         let source = std::io::Error::from(std::io::ErrorKind::PermissionDenied);
         assert_eq!(server_code_for(&ServerError::DataDir { path: "/x".into(), source }), 73);
+        assert_eq!(server_code_for(&ServerError::RaftStopped { storage: false }), 70);
+        assert_eq!(server_code_for(&ServerError::RaftStopped { storage: true }), 74);
         assert_eq!(server_code_for(&ServerError::WriterStopped), 1);
         assert_eq!(server_code_for(&ServerError::Io(std::io::Error::other("disk full"))), 1);
         let full = std::io::Error::from_raw_os_error(28);

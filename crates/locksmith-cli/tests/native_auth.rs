@@ -51,9 +51,15 @@ impl Setup {
 }
 
 fn write_policy(path: &Path, jobs: Option<&str>, admin: &str) {
+    write_policy_under(path, jobs, admin, "jobs/");
+}
+
+/// The policy with `jobs` allowed to lock and observe only under `prefix` (a right to lock
+/// includes the right to observe).
+fn write_policy_under(path: &Path, jobs: Option<&str>, admin: &str, prefix: &str) {
     let jobs_tokens = jobs.map(|d| format!("\"{d}\"")).unwrap_or_default();
     let text = format!(
-        "[principals.jobs]\ntokens = [{jobs_tokens}]\nlock = [\"jobs/\"]\nobserve = [\"jobs/\"]\n\n\
+        "[principals.jobs]\ntokens = [{jobs_tokens}]\nlock = [\"{prefix}\"]\nobserve = [\"{prefix}\"]\n\n\
          [principals.admin]\ntokens = [\"{admin}\"]\nadmin = true\n"
     );
     // Written aside and renamed: the server never reads half a file.
@@ -252,4 +258,57 @@ async fn a_revoked_token_loses_its_open_sessions_and_their_holds() {
     let next = admin.lock_with("jobs/held", opts).await.expect("the revoked session's hold was not released");
     assert!(next.token() > guard.token());
     assert!(next.unlock().await.unwrap());
+}
+
+/// A `locksmith elect NAME --observe` process of `jobs` following `jobs/sched`, once its stream
+/// is open (it printed the current leader).
+fn observer(s: &Setup) -> (locksmith_testkit::ChildProcess, std::sync::mpsc::Receiver<String>) {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["elect", "jobs/sched", "--observe", "--backend", &s.url("jobs")])
+        .env_remove("LOCKSMITH_TOKEN_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut p = locksmith_testkit::spawn("elect --observe", &mut cmd);
+    let lines = locksmith_testkit::stdout_lines(&mut p);
+    let first = lines.recv_timeout(Duration::from_secs(10));
+    assert!(first.as_deref().is_ok_and(|l| l.contains("no leader")), "the observer did not start: {first:?}");
+    (p, lines)
+}
+
+/// How the observer ended (≤ 6 s: the policy file is compared every second), with its stderr.
+fn ended(mut p: locksmith_testkit::ChildProcess) -> (Option<i32>, String) {
+    let status = p.wait_timeout(Duration::from_secs(6));
+    let mut stderr = String::new();
+    if status.is_some() {
+        use std::io::Read;
+        if let Some(mut e) = p.take_stderr() {
+            let _ = e.read_to_string(&mut stderr);
+        }
+    }
+    (status.and_then(|s| s.code()), stderr)
+}
+
+/// Revocation reaches observe streams too, not only sessions: an open `elect --observe` (an
+/// observe stream, as the dashboard's and `status --watch`'s feeds use) ends with a permission
+/// error (exit 77) when the reloaded policy narrows its principal's prefixes away from the
+/// lock, and when it removes the principal's token.
+#[test]
+fn a_reloaded_policy_ends_the_observe_streams_it_no_longer_allows() {
+    let s = Setup::start();
+    let policy = s.dir.path().join("policy.toml");
+
+    let (p, _lines) = observer(&s);
+    write_policy_under(&policy, Some(&s.jobs.1), &s.admin.1, "jobs/other/");
+    let (code, stderr) = ended(p);
+    assert_eq!(code, Some(77), "narrowed prefixes: {stderr}");
+    assert!(stderr.contains("may no longer observe"), "{stderr}");
+
+    write_policy(&policy, Some(&s.jobs.1), &s.admin.1);
+    std::thread::sleep(Duration::from_millis(1_500));
+    let (p, _lines) = observer(&s);
+    write_policy(&policy, None, &s.admin.1);
+    let (code, stderr) = ended(p);
+    assert_eq!(code, Some(77), "removed token: {stderr}");
+    assert!(stderr.contains("revoked"), "{stderr}");
 }

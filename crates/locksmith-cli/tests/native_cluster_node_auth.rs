@@ -416,8 +416,8 @@ async fn refused_raft_calls_are_counted_in_metrics() {
 }
 
 /// A node whose Raft core stops (here a fatal storage error: its next snapshot cannot be
-/// written) does not stay up as a live-looking husk: it exits, saying so, for its supervisor
-/// to restart it.
+/// written) does not stay up as a live-looking husk: it exits, saying so, with the exit-code
+/// table's 74 (EX_IOERR: the disk), for its supervisor to restart it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_raft_core_stops_exits() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
@@ -465,8 +465,8 @@ async fn a_node_whose_raft_core_stops_exits() {
         }
     };
     let text = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(status.code(), Some(1), "{text}");
-    assert!(text.contains("raft core stopped"), "{text}");
+    assert_eq!(status.code(), Some(74), "{text}");
+    assert!(text.contains("raft core stopped on a storage error"), "{text}");
     assert!(!text.contains("panicked"), "{text}");
 }
 

@@ -435,6 +435,15 @@ impl Backend for NativeBackend {
                 let item = match stream.message().await {
                     Ok(Some(m)) => crate::convert::observed(m),
                     Ok(None) => return,
+                    // A reloaded policy that revoked the credential or the right to observe
+                    // ends the stream: a permission error, not the server going away.
+                    Err(s) if s.code() == tonic::Code::PermissionDenied => {
+                        let message = s.message().strip_prefix("permission denied: ").unwrap_or(s.message());
+                        Err(Error::permission_denied(url.clone(), message.to_string()))
+                    }
+                    Err(s) if s.code() == tonic::Code::Unauthenticated => {
+                        Err(Error::Auth { backend: url.clone(), message: s.message().to_string() })
+                    }
                     Err(s) => Err(Error::Unavailable { backend: url.clone(), message: status_message(&s) }),
                 };
                 let end = item.is_err();

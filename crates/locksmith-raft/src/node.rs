@@ -397,6 +397,13 @@ impl<M> RaftNode<M> {
         self.leadership.borrow().is_leader
     }
 
+    /// Whether a storage error (the disk) stopped this node's Raft core, rather than a panic or
+    /// a shutdown: once [`Leadership::stopped`], a supervisor learns whether to look at the disk
+    /// or at the log for a bug.
+    pub fn stopped_by_storage(&self) -> bool {
+        matches!(self.raft.metrics().borrow().running_state, Err(openraft::error::Fatal::StorageError(_)))
+    }
+
     /// A watch of this node's [`Leadership`]: term, leader id, whether it leads and is ready.
     pub fn leadership(&self) -> watch::Receiver<Leadership> {
         self.leadership.clone()

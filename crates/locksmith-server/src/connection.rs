@@ -6,7 +6,7 @@
 //! its first message does not come in time, when a message cannot be decoded, and when its
 //! outbox overflows because the client does not read; the session lives on in every case.
 
-use std::net::IpAddr;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures_util::{Stream, StreamExt};
@@ -51,8 +51,8 @@ pub(crate) enum InboundError {
 pub(crate) struct Caller {
     /// The authenticated principal (`None`: no auth policy).
     pub(crate) principal: Option<Principal>,
-    /// The client's address.
-    pub(crate) peer: Option<IpAddr>,
+    /// The client's address and port: its connection.
+    pub(crate) peer: Option<SocketAddr>,
     /// The credential to check again whenever the policy is reloaded (`None`: no policy).
     pub(crate) recheck: Option<Recheck>,
 }

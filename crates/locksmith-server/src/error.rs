@@ -61,6 +61,14 @@ pub enum ServerError {
     /// nobody asked for).
     #[error("i/o error: {0}")]
     Failed(String),
+    /// A cluster node's Raft core stopped — a storage error when `storage`, else a panic or an
+    /// end nobody asked for: the node can neither serve nor follow, so it reports
+    /// `NOT_SERVING` and exits for its supervisor to restart it.
+    #[error("the raft core stopped{}; restart the node (see the log above)", if *.storage { " on a storage error" } else { "" })]
+    RaftStopped {
+        /// A storage (disk) error stopped it.
+        storage: bool,
+    },
     /// The gRPC transport failed.
     #[error("i/o error: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -94,6 +102,7 @@ impl From<ServerError> for locksmith_core::Error {
                 Error::Unavailable { backend: "locksmith".into(), message: e.to_string() }
             }
             ServerError::Failed(m) => other(m),
+            e @ ServerError::RaftStopped { .. } => other(e.to_string()),
             ServerError::Transport(e) => Error::Io(std::io::Error::other(e)),
             ServerError::Io(e) => Error::Io(e),
             ServerError::Config(message) => Error::Config { backend: "locksmith server".into(), message },

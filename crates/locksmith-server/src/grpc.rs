@@ -106,7 +106,7 @@ impl Locksmith for Grpc {
             bearer: bearer(&request).map(str::to_string),
             certificate: request.peer_certs().and_then(|c| c.first().map(|c| c.as_ref().to_vec())),
         });
-        let caller = Caller { principal, peer: request.remote_addr().map(|a| a.ip()), recheck };
+        let caller = Caller { principal, peer: request.remote_addr(), recheck };
         let inbound = request.into_inner().map(|r| r.map_err(inbound_error));
         let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
         tokio::spawn(serve_stream_as(self.service.clone(), inbound, out, caller, Some(self.limits.open_timeout)));
@@ -123,6 +123,12 @@ impl Locksmith for Grpc {
     async fn observe(&self, request: Request<StatusRequest>) -> Result<Response<Outbound>, Status> {
         let principal = self.principal(&request)?;
         self.serving()?;
+        // Checked again on every reload of the policy, as a session stream's.
+        let recheck = self.auth.clone().map(|auth| Recheck {
+            auth,
+            bearer: bearer(&request).map(str::to_string),
+            certificate: request.peer_certs().and_then(|c| c.first().map(|c| c.as_ref().to_vec())),
+        });
         let name = match pb_impl::status_query(request.into_inner()) {
             Ok(StatusQuery::One(name)) => name,
             Ok(_) => return Err(Status::invalid_argument("observe needs a lock name")),
@@ -136,11 +142,16 @@ impl Locksmith for Grpc {
         // Bounded like a session stream: an observer that does not read is cut off.
         let (out, rx) = Outbox::bounded(self.limits.max_queued_messages);
         self.service
-            .observe(name, out)
+            .observe(name.clone(), out)
             .await
             .map_err(|e| Status::unavailable(locksmith_core::Error::from(e).to_string()))?;
         let out = rx.map(|r| r.map_err(end_status));
-        Ok(Response::new(Box::pin(out)))
+        match (recheck, principal) {
+            (Some(recheck), Some(principal)) => {
+                Ok(Response::new(until_revoked(out, revoked(recheck, principal.name, name.as_str().to_string()))))
+            }
+            _ => Ok(Response::new(Box::pin(out))),
+        }
     }
 
     /// One lock's state, or every lock's.
@@ -189,6 +200,58 @@ impl Locksmith for Grpc {
             revoked.into_iter().map(|h| RevokedHold { session: h.session, owner: h.owner, token: h.token }).collect();
         Ok(Response::new(AdminReleaseResponse { revoked }))
     }
+}
+
+/// Resolves, on a reload of the policy, when the credential of an observe stream of `name`
+/// opened by `principal` no longer authenticates as it (`UNAUTHENTICATED`, as a session stream
+/// whose credential was revoked) or may no longer observe `name` (`PERMISSION_DENIED`).
+async fn revoked(recheck: Recheck, principal: String, name: String) -> Status {
+    let mut changes = recheck.auth.changes();
+    loop {
+        if changes.changed().await.is_err() {
+            // No policy can change any more.
+            std::future::pending::<()>().await;
+        }
+        match recheck.auth.authenticate(recheck.bearer.as_deref(), recheck.certificate.as_deref()) {
+            Some(p) if p.name == principal => {
+                if !p.may_observe(&name) {
+                    tracing::warn!(
+                        principal,
+                        lock = name,
+                        "observe right revoked by the reloaded policy: stream ended"
+                    );
+                    return Status::permission_denied(format!(
+                        "{principal} may no longer observe {name:?} (auth policy reloaded)"
+                    ));
+                }
+            }
+            _ => {
+                tracing::warn!(
+                    principal,
+                    lock = name,
+                    "credential revoked by the reloaded policy: observe stream ended"
+                );
+                return Status::unauthenticated("the credential of this stream was revoked (auth policy reloaded)");
+            }
+        }
+    }
+}
+
+/// `out` until `revoked` resolves; then its status, and the end. Dropping the stream's
+/// receiving end also tells the service to forget the observer at the lock's next change.
+fn until_revoked(
+    out: impl Stream<Item = Result<ServerMessage, Status>> + Send + 'static,
+    revoked: impl std::future::Future<Output = Status> + Send + 'static,
+) -> Outbound {
+    let state = (Box::pin(out), Some(Box::pin(revoked)));
+    Box::pin(futures_util::stream::unfold(state, |(mut out, revoked)| async move {
+        let mut revoked = revoked?;
+        tokio::select! {
+            biased;
+            status = &mut revoked => Some((Err(status), (out, None))),
+            item = out.next() => item.map(|item| (item, (out, Some(revoked)))),
+        }
+    }))
 }
 
 /// What an error from tonic's inbound stream means. Decoding errors (a message over

@@ -33,6 +33,7 @@
 
 mod accept;
 pub mod auth;
+mod budget;
 mod clients;
 pub mod cluster;
 mod connection;

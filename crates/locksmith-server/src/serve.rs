@@ -238,18 +238,23 @@ pub async fn serve(
     let health_service = health_service.max_decoding_message_size(MAX_HEALTH_MESSAGE);
     health.set_serving::<LocksmithServer<Grpc>>().await;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    // One byte budget per address for incomplete messages, across the services that decode a
+    // message before they know who sent it. Raft is not among them: its gate refuses a call
+    // that is not from a node at its headers, body unread, and a node's replication (batches
+    // up to 2 MiB, several in flight) must not compete with clients on the same address.
+    let budgets = crate::budget::Budgets::new(crate::budget::PARTIAL_BYTES_PER_ADDRESS);
     let router = builder
-        .add_service(health_service)
-        .add_service(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone()))
+        .add_service(budgets.wrap(health_service))
+        .add_service(budgets.wrap(Grpc::server_with(service.clone(), opts.auth.clone(), net.clone())))
         // Peers reach a cluster node on the same port, through the same TLS.
         .add_optional_service(raft.as_ref().map(|node| node.service()))
         // A single node answers that it is not a cluster.
-        .add_service(crate::cluster::admin::Admin::server(
+        .add_service(budgets.wrap(crate::cluster::admin::Admin::server(
             raft.clone(),
             opts.auth.clone(),
             opts.cluster.as_ref().and_then(|c| c.secret.clone()),
             peer_ca.clone(),
-        ))
+        )))
         .serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
         });
@@ -288,8 +293,9 @@ pub async fn serve(
             return Err(match foreign {
                 Some(message) => ServerError::Config(message),
                 None => {
-                    tracing::error!("the raft core stopped; this node exits so that its supervisor restarts it");
-                    ServerError::Failed("the raft core stopped (see the log above); restart the node".into())
+                    let storage = raft.as_ref().is_some_and(|node| node.stopped_by_storage());
+                    tracing::error!(storage, "the raft core stopped; this node exits so that its supervisor restarts it");
+                    ServerError::RaftStopped { storage }
                 }
             });
         }

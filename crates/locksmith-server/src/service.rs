@@ -553,6 +553,7 @@ impl Actor {
             Command::Detach { session, conn } => {
                 if self.conns.get(&session).is_some_and(|(c, _)| *c == conn) {
                     self.conns.remove(&session);
+                    self.clients.attach(session, false);
                 }
             }
             Command::Status { query, principal, reply } => {
@@ -629,6 +630,19 @@ impl Actor {
             None => self.clients.admit(&open),
             Some(_) => Ok(()),
         };
+        // A full table makes room for a new session that the machine will then accept: never
+        // for one it refuses anyway (a TTL out of range), which would evict for nothing.
+        let limits = self.machine.limits();
+        if admitted.is_ok() && open.resume.is_none() && (limits.min_ttl..=limits.max_ttl).contains(&open.ttl) {
+            // Sessions whose lease ran out leave first.
+            self.machine.tick(t);
+            self.collect();
+            if self.machine.session_count() >= self.machine.limits().max_sessions {
+                if let Some(victim) = self.clients.make_room(&open) {
+                    self.evict(t, victim);
+                }
+            }
+        }
         match admitted.and_then(|()| self.machine.open(t, open.ttl, open.resume, digest)) {
             Ok((session, ttl)) => {
                 self.clients.add(session, &open);
@@ -670,6 +684,39 @@ impl Actor {
                 }
                 let _ = reply.send(None);
             }
+        }
+    }
+
+    /// Ends `victim` to make room in a full session table for a client that holds fewer (see
+    /// `crate::clients`): closed like a clean close (its holds handed on, with greater tokens),
+    /// and its client told its session expired, as after an administrator's release.
+    fn evict(&mut self, t: Instant, victim: SessionId) {
+        let principal = self.principals.remove(&victim);
+        self.telemetry.closing(victim, principal.as_deref(), self.machine.session_ttl_left(t, victim));
+        crate::telemetry::limit_hit(crate::telemetry::Limit::SessionEvicted);
+        if let Some(more_since_last) = self.clients.log_eviction() {
+            tracing::warn!(
+                session = victim,
+                principal = principal.as_deref().unwrap_or("-"),
+                more_since_last,
+                "session table full (--max-sessions): ended a session of the client holding the most, to admit a \
+                 client holding fewer"
+            );
+        }
+        self.machine.close(t, victim);
+        self.collect();
+        self.clients.remove(victim);
+        if let Some((_, out)) = self.conns.remove(&victim) {
+            let m = ServerMessage {
+                id: 0,
+                body: Some(locksmith_proto::server_message::Body::Error(locksmith_proto::Error {
+                    code: locksmith_proto::error::Code::SessionExpired as i32,
+                    message: "session ended: the server's session table is full and this client holds more sessions \
+                              than the one that needed a place"
+                        .into(),
+                })),
+            };
+            self.msgs.push((out, m));
         }
     }
 
@@ -777,6 +824,33 @@ mod tests {
             cluster: None,
             serving: watch::channel(Serving { serving: true, leader: None }).0,
         }
+    }
+
+    /// Opens a new session from `peer` with `ttl`: the session, or `None` when refused.
+    fn open_from(actor: &mut Actor, peer: &str, ttl: Duration) -> Option<SessionId> {
+        let (out, _rx) = mpsc::unbounded_channel();
+        let (reply, mut opened) = oneshot::channel();
+        let open = Open { ttl, resume: None, secret: [0; 32], principal: None, peer: Some(peer.parse().unwrap()) };
+        actor.handle(Command::Open { conn: actor.conns.len() as u64 + 100, id: 1, open, out: out.into(), reply });
+        actor.flush().unwrap();
+        opened.try_recv().unwrap()
+    }
+
+    /// A full table makes room for a newcomer holding fewer sessions, but never for an open the
+    /// machine refuses anyway: a TTL out of range evicts nobody.
+    #[tokio::test]
+    async fn a_full_table_evicts_only_for_an_open_it_then_accepts() {
+        let limits = Limits { max_sessions: 2, ..Limits::default() };
+        let mut actor = actor();
+        actor.machine = Machine::new(limits, 1);
+        let ttl = Duration::from_secs(10);
+        assert!(open_from(&mut actor, "127.0.0.1:4000", ttl).is_some());
+        assert!(open_from(&mut actor, "127.0.0.1:4000", ttl).is_some());
+        assert_eq!(open_from(&mut actor, "127.0.0.1:4001", Duration::from_secs(100_000)), None);
+        assert_eq!(actor.machine.session_count(), 2, "a refused open evicted a session");
+        assert!(open_from(&mut actor, "127.0.0.1:4001", ttl).is_some(), "the newcomer on its own connection");
+        assert_eq!(actor.machine.session_count(), 2);
+        assert_eq!(open_from(&mut actor, "127.0.0.1:4000", ttl), None, "the largest holder cannot take it back");
     }
 
     /// Opens (or resumes) a session on connection `conn`; returns it and its stream's messages.

@@ -116,10 +116,14 @@ pub enum Limit {
     Silence,
     /// `--open-timeout`: a session stream did not start with `open` in time.
     OpenTimeout,
+    /// A call's incomplete message would take its address past its byte budget.
+    PartialBytesPerAddress,
     /// The server's live session limit.
     Sessions,
-    /// Live sessions of one client (principal or address).
+    /// Live sessions of one client (principal, or connection without authentication).
     SessionsPerClient,
+    /// A session ended to make room in a full session table for a client holding fewer.
+    SessionEvicted,
     /// Holds and waits of one session.
     EntriesPerSession,
     /// Waiters on one lock.
@@ -137,8 +141,10 @@ impl Limit {
             Limit::FirstByte => "first_byte_timeout",
             Limit::Silence => "silence",
             Limit::OpenTimeout => "open_timeout",
+            Limit::PartialBytesPerAddress => "partial_bytes_per_address",
             Limit::Sessions => "sessions",
             Limit::SessionsPerClient => "sessions_per_client",
+            Limit::SessionEvicted => "session_evicted",
             Limit::EntriesPerSession => "entries_per_session",
             Limit::WaitersPerLock => "waiters_per_lock",
             Limit::Other => "other",

@@ -5,7 +5,8 @@
 //! [`Auth::reload`] (SIGHUP in `locksmith serve`); a file that does not parse keeps the previous
 //! policy and is logged. Every reload is announced on [`Auth::changes`]: open session streams
 //! check their credential again, and one that no longer authenticates is ended and its session
-//! closed (its holds released).
+//! closed (its holds released); an observe stream whose credential no longer authenticates, or
+//! whose principal may no longer observe its lock, is ended.
 
 mod policy;
 

@@ -43,9 +43,9 @@ pub struct Open {
     /// The authenticated principal opening the stream (`None` without an auth policy); set by
     /// the connection, not decoded.
     pub principal: Option<String>,
-    /// The client's IP address, when the transport has one (gRPC over TCP); set by the
-    /// connection, not decoded.
-    pub peer: Option<std::net::IpAddr>,
+    /// The client's address and port (its connection), when the transport has one (gRPC over
+    /// TCP); set by the connection, not decoded.
+    pub peer: Option<std::net::SocketAddr>,
 }
 
 /// Any later message of a session stream, decoded and validated; the stream's session and the

@@ -24,11 +24,14 @@ pub(crate) struct Timeouts {
 }
 
 impl Timeouts {
-    /// For a session of `ttl`: a quarter of it each, within [50 ms, 1 s]. A renewal (two
-    /// commands) then ends before the next one is due, and an unreachable server is reported
-    /// well inside the lease.
+    /// For a session of `ttl`: a third of it each, within [50 ms, 1 s] — the time the engine
+    /// gives a whole keep-alive (it renews every third of the TTL and gives up on a renewal
+    /// after as long). A shorter command limit only turns a slow answer on a loaded machine
+    /// into a failed renewal and a closed connection (the retry must connect again), while the
+    /// hold's deadline is still far: with a quarter (250 ms of a 1 s lease) a holder lost its
+    /// lock under a test suite's load. An unreachable server is still reported inside the lease.
     pub(crate) fn for_ttl(ttl: Duration) -> Self {
-        let each = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let each = (ttl / 3).clamp(Duration::from_millis(50), Duration::from_secs(1));
         Self { connect: each, command: each }
     }
 }

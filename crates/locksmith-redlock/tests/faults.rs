@@ -160,7 +160,10 @@ async fn a_timed_out_waiter_leaves_nothing_on_the_instances() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_type_keys_count_as_taken_votes() {
     let five = common::Five::start();
-    let a = five.client(TTL).await;
+    // Nothing here waits for an expiry: a 5 s TTL gives each instance 250 ms to answer (TTL/10
+    // capped), not the 100 ms of a 1 s TTL that a loaded machine can miss on two of the four
+    // free instances (a missing vote each, and then no quorum).
+    let a = five.client(Duration::from_secs(5)).await;
     let name = common::unique("wrongtype");
     for i in 0..3 {
         let mut c = five.raw(i).await;

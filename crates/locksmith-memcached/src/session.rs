@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::{
-    new_hold_value, new_session_id, unsupported, Attempt, Busy, CancelGuard, HoldTable, Try, WaitLoop,
+    new_hold_value, new_session_id, run_to_end, unsupported, Attempt, Busy, CancelGuard, HoldTable, Try, WaitLoop,
 };
 use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result, Session};
 
@@ -44,9 +44,7 @@ impl MemcachedSession {
     /// is dropped.
     async fn delete(&self, key: String, value: String) -> Result<bool> {
         let (server, t) = (self.server.clone(), self.timeouts);
-        tokio::spawn(async move { server.delete(&key, &value, t).await })
-            .await
-            .map_err(|e| Error::Backend(format!("memcached: release task failed: {e}")))?
+        run_to_end("memcached release", async move { server.delete(&key, &value, t).await }).await?
     }
 
     /// A replaced hold (lost earlier, never released): free its key in the background.

@@ -8,7 +8,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::future::join_all;
-use locksmith_core::driver::{new_hold_value, new_session_id, Attempt, Busy, CancelGuard, HoldTable, Try, WaitLoop};
+use locksmith_core::driver::{
+    new_hold_value, new_session_id, run_to_end, spawn_detached, Attempt, Busy, CancelGuard, HoldTable, Try, WaitLoop,
+};
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use tokio::time::Instant;
 
@@ -44,15 +46,15 @@ impl RedlockSession {
     /// even if the caller's future is dropped.
     async fn release_everywhere(&self, key: String, value: String) -> Result<Tally> {
         let (cluster, t) = (self.cluster.clone(), self.timeouts);
-        tokio::spawn(async move { cluster.release(&key, &value, t).await })
-            .await
-            .map_err(|e| Error::Backend(format!("redlock: release task failed: {e}")))
+        run_to_end("redlock release", async move { cluster.release(&key, &value, t).await }).await
     }
 
     /// A replaced hold (lost earlier, never released): free its remaining keys in the background.
     fn release_in_background(&self, key: String, value: String) {
         let (cluster, t) = (self.cluster.clone(), self.timeouts);
-        tokio::spawn(async move { cluster.release(&key, &value, t).await });
+        spawn_detached("redlock release", async move {
+            cluster.release(&key, &value, t).await;
+        });
     }
 
     /// Instance `i` counts as reachable if it answered any of the renewals.

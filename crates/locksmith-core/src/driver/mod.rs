@@ -2,7 +2,8 @@
 //! scripts, written once.
 //!
 //! - [`cancel`]: [`CancelGuard`], the cleanup of an abandoned acquisition (a dropped `lock()`
-//!   leaves no waiter and no hold), and [`spawn_detached`] for every other spawn-on-drop.
+//!   leaves no waiter and no hold), [`spawn_detached`] for every other spawn-on-drop, and
+//!   [`run_to_end`] for work that must finish although its caller may be dropped.
 //! - [`holds`]: [`HoldTable`], a session's holds and the lost-holds helper every keep-alive
 //!   ends with.
 //! - [`hold_value`]: the unique value that identifies a hold on a backend without tokens
@@ -31,7 +32,7 @@ pub mod tls_probe;
 pub mod url;
 pub mod wait;
 
-pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
+pub use cancel::{run_to_end, spawn_detached, CancelGuard, CleanupFuture, OnDrop};
 pub use hold_value::{new_hold_value, new_session_id, parse_hold_value};
 pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};

@@ -228,10 +228,8 @@ impl<V: Clone> HoldTable<V> {
                 _ => {}
             }
         }
-        let mut out = KeepAlive::default();
-        out.lost =
-            map.iter().filter(|(_, e)| e.lost).map(|(k, e)| LostHold::new(k.0.clone(), k.1.clone(), e.token)).collect();
-        out
+        let lost = map.iter().filter(|(_, e)| e.lost).map(|(k, e)| LostHold::new(k.0.clone(), k.1.clone(), e.token));
+        KeepAlive { lost: lost.collect(), ..KeepAlive::default() }
     }
 }
 

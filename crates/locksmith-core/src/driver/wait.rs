@@ -12,7 +12,7 @@ use crate::driver::timing::Backoff;
 use crate::error::Error;
 use crate::error::Result;
 
-/// Consecutive transient failures ([`Error::is_transient`]) a waiting acquisition rides out
+/// Consecutive transient failures ([`Error::is_transient`](crate::Error::is_transient)) a waiting acquisition rides out
 /// before it reports the last one.
 pub const MAX_WAIT_FAILURES: u32 = 3;
 
@@ -112,7 +112,7 @@ pub trait Attempt: Send {
 
 /// The wait loop: attempts until granted, refused, or (for a no-wait acquisition) busy.
 ///
-/// - A transient error ([`Error::is_transient`]) while waiting is ridden out up to
+/// - A transient error ([`Error::is_transient`](crate::Error::is_transient)) while waiting is ridden out up to
 ///   [`MAX_WAIT_FAILURES`] times in a row (a dropped connection is re-opened on the next
 ///   attempt), after [`Attempt::recover`] and one backoff delay; a no-wait acquisition and a
 ///   lasting outage report it.

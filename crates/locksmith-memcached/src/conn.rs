@@ -24,12 +24,12 @@ pub(crate) struct Timeouts {
 }
 
 impl Timeouts {
-    /// For a session of `ttl`: a third of it each, within [50 ms, 1 s] — the time the engine
-    /// gives a whole keep-alive (it renews every third of the TTL and gives up on a renewal
-    /// after as long). A shorter command limit only turns a slow answer on a loaded machine
-    /// into a failed renewal and a closed connection (the retry must connect again), while the
-    /// hold's deadline is still far: with a quarter (250 ms of a 1 s lease) a holder lost its
-    /// lock under a test suite's load. An unreachable server is still reported inside the lease.
+    /// For a session of `ttl`: a third of it each, within [50 ms, 1 s]. The session says it
+    /// bounds its calls ([`Session::bounds_its_calls`](locksmith_core::Session)), so the engine
+    /// lets a renewal (two round trips) run until the hold's deadline: a hung command ends
+    /// here and the next renewal connects afresh, while slow answers on a loaded machine still
+    /// keep the hold. (With a quarter of the TTL per command and the engine cutting every
+    /// renewal at a third, a 1 s holder lost its lock under a test suite's load.)
     pub(crate) fn for_ttl(ttl: Duration) -> Self {
         let each = (ttl / 3).clamp(Duration::from_millis(50), Duration::from_secs(1));
         Self { connect: each, command: each }

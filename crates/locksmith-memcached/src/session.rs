@@ -67,6 +67,12 @@ impl Session for MemcachedSession {
         self.ttl
     }
 
+    /// `true`: every connect and command has its limit (a third of the TTL), and one that ran
+    /// out closes the connection, so the next call connects afresh.
+    fn bounds_its_calls(&self) -> bool {
+        true
+    }
+
     async fn keep_alive(&self) -> Result<KeepAlive> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::SessionExpired);

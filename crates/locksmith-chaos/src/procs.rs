@@ -12,7 +12,7 @@ use locksmith_cli_common::DurabilityArg;
 use locksmith_process::ChildProcess;
 use nix::sys::signal::Signal;
 
-use super::proxy::Links;
+use locksmith_faultproxy::Links;
 
 /// Starts `cmd` in a process group of its own, so a Ctrl-C at the terminal reaches only the
 /// harness, which then stops its children in order and still reports.
@@ -214,7 +214,7 @@ impl Cluster {
         lock: &str,
     ) -> Result<Self, String> {
         let real: Vec<(u64, SocketAddr)> = nodes.iter().map(|(id, addr, _)| (*id, *addr)).collect();
-        let links = Links::start(&real).await?;
+        let links = Links::start(&real).await.map_err(|e| e.to_string())?;
         let peers = nodes.iter().map(|(id, _, front)| format!("{id}={front}")).collect::<Vec<_>>().join(",");
         let secret = write_secret(dir).map_err(|e| format!("cannot write the cluster secret: {e}"))?;
         let mut c = Self {

@@ -1,8 +1,7 @@
 //! Fault proxies (`locksmith-faultproxy`): in front of every host of the backend URL, for the
-//! `partition` and `latency` faults ([`Proxies`]), and, for the harness's own cluster, on every
-//! path between two nodes, for `node-partition` ([`Links`]).
+//! `partition` and `latency` faults ([`Proxies`]); the harness's own cluster has the fault mesh
+//! of `locksmith-faultproxy` ([`Links`](locksmith_faultproxy::Links)) for `node-partition`.
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -103,63 +102,6 @@ impl Proxies {
         for (_, p) in &self.list {
             p.heal();
             p.set_latency(Duration::ZERO);
-        }
-    }
-}
-
-/// A proxy on every path between two nodes of the harness's cluster: node `a` dials node `b`
-/// through link `(a, b)` (given to `a` as `--routes`), so that a node can be cut off from the
-/// others, both ways, while its clients still reach it.
-#[derive(Debug, Default)]
-pub struct Links {
-    links: BTreeMap<(u64, u64), FaultProxy>,
-}
-
-impl Links {
-    /// Starts a proxy for every ordered pair of the nodes (`(id, address)`).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: proxies already started stop when the future is dropped.
-    ///
-    /// # Errors
-    /// A proxy cannot listen.
-    pub async fn start(nodes: &[(u64, SocketAddr)]) -> Result<Self, String> {
-        let mut links = BTreeMap::new();
-        for (a, _) in nodes {
-            for (b, addr) in nodes.iter().filter(|(b, _)| b != a) {
-                let proxy = FaultProxy::start(*addr)
-                    .await
-                    .map_err(|e| format!("cannot start a fault proxy from node {a} to node {b}: {e}"))?;
-                links.insert((*a, *b), proxy);
-            }
-        }
-        Ok(Self { links })
-    }
-
-    /// `ID=127.0.0.1:PORT,…`: how node `from` reaches every other node (its `--routes`).
-    pub fn routes(&self, from: u64) -> String {
-        let routes = self.links.iter().filter(|((a, _), _)| *a == from);
-        routes.map(|((_, b), p)| format!("{b}={}", p.local_addr())).collect::<Vec<_>>().join(",")
-    }
-
-    /// Cuts node `id` off from every other node, both ways: `blackhole` stalls the connections
-    /// (as over a real partition), otherwise they are reset and new ones refused.
-    pub fn isolate(&self, id: u64, blackhole: bool) {
-        for ((a, b), p) in &self.links {
-            if *a == id || *b == id {
-                if blackhole {
-                    p.blackhole();
-                } else {
-                    p.cut();
-                }
-            }
-        }
-    }
-
-    /// Ends every partition between nodes.
-    pub fn heal(&self) {
-        for p in self.links.values() {
-            p.heal();
         }
     }
 }

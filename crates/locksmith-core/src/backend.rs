@@ -149,6 +149,17 @@ pub trait Session: Send + Sync + 'static {
         None
     }
 
+    /// Whether every call this session makes to its backend has a time limit of its own (a
+    /// third of the lease at most), after which the next call starts afresh on a new
+    /// connection. The engine then lets a renewal run until the hold's local deadline instead
+    /// of cutting it at a third of the lease: an answer that comes before the deadline still
+    /// keeps the hold (a renewal of two round trips on a loaded machine), while a hung call is
+    /// ended by the driver's own limit and retried. `false` (the default): the engine gives each
+    /// renewal a third of the lease, and retries one that takes longer.
+    fn bounds_its_calls(&self) -> bool {
+        false
+    }
+
     /// Renews the lease. `Err(Error::SessionExpired)` is definite; other errors are retried.
     ///
     /// # Cancel safety

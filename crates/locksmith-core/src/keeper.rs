@@ -143,7 +143,13 @@ async fn keep_alive_loop(ctx: std::sync::Weak<SessionCtx>, on_lost: LostHolds) {
             return;
         }
         let sent = Instant::now();
-        let answer = tokio::time::timeout(period, ctx.session.keep_alive()).await;
+        // An answer counts until the deadline; a driver that bounds its own calls is given
+        // until then (see `Session::bounds_its_calls`), any other a third of the TTL.
+        let budget = match ctx.session.bounds_its_calls() {
+            true => ctx.deadline().saturating_duration_since(sent).max(period),
+            false => period,
+        };
+        let answer = tokio::time::timeout(budget, ctx.session.keep_alive()).await;
         match answer {
             Ok(Ok(outcome)) => {
                 let deadline = sent + ttl - drift(ttl);

@@ -11,7 +11,8 @@
 //! - [`heal`](FaultProxy::heal): ends the partition.
 //!
 //! [`hosts`] lists the `host:port`s of a backend URL and [`rewrite_hosts`] points the URL at
-//! the proxies.
+//! the proxies. [`Links`] is the fault mesh of a cluster: a proxy on every path between two
+//! nodes.
 //!
 //! ```no_run
 //! use std::collections::HashMap;
@@ -45,11 +46,13 @@
 
 mod conn;
 mod faults;
+mod links;
 mod pipe;
 mod proxy;
 mod stats;
 mod url;
 
+pub use links::Links;
 pub use proxy::FaultProxy;
 pub use stats::ProxyStats;
 pub use url::{hosts, rewrite_hosts, UrlError};

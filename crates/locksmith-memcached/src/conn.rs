@@ -24,11 +24,14 @@ pub(crate) struct Timeouts {
 }
 
 impl Timeouts {
-    /// For a session of `ttl`: a quarter of it each, within [50 ms, 1 s]. A renewal (two
-    /// commands) then ends before the next one is due, and an unreachable server is reported
-    /// well inside the lease.
+    /// For a session of `ttl`: a third of it each, within [50 ms, 1 s]. The session says it
+    /// bounds its calls ([`Session::bounds_its_calls`](locksmith_core::Session)), so the engine
+    /// lets a renewal (two round trips) run until the hold's deadline: a hung command ends
+    /// here and the next renewal connects afresh, while slow answers on a loaded machine still
+    /// keep the hold. (With a quarter of the TTL per command and the engine cutting every
+    /// renewal at a third, a 1 s holder lost its lock under a test suite's load.)
     pub(crate) fn for_ttl(ttl: Duration) -> Self {
-        let each = (ttl / 4).clamp(Duration::from_millis(50), Duration::from_secs(1));
+        let each = (ttl / 3).clamp(Duration::from_millis(50), Duration::from_secs(1));
         Self { connect: each, command: each }
     }
 }

@@ -6,16 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::driver::{new_hold_value, new_session_id, unsupported, CancelGuard, HoldTable};
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, HoldMode, KeepAlive, LockName, Result, Session};
+use locksmith_core::driver::{
+    new_hold_value, new_session_id, run_to_end, unsupported, Attempt, Busy, CancelGuard, HoldTable, Try, WaitLoop,
+};
+use locksmith_core::{AcquireRequest, Acquired, Error, HoldMode, KeepAlive, LockName, Result, Session};
 
 use crate::conn::Timeouts;
 use crate::expiry::expiry_secs;
 use crate::server::Server;
-
-/// Consecutive failed attempts (server unreachable) a waiting acquisition tolerates before it
-/// gives up: a reconnect after a restart or one lost answer should not fail a long wait.
-const MAX_WAIT_FAILURES: u32 = 3;
 
 /// A session: an id, a TTL and the holds it keeps renewed (`(name, owner)` → value).
 #[derive(Debug)]
@@ -46,9 +44,7 @@ impl MemcachedSession {
     /// is dropped.
     async fn delete(&self, key: String, value: String) -> Result<bool> {
         let (server, t) = (self.server.clone(), self.timeouts);
-        tokio::spawn(async move { server.delete(&key, &value, t).await })
-            .await
-            .map_err(|e| Error::Backend(format!("memcached: release task failed: {e}")))?
+        run_to_end("memcached release", async move { server.delete(&key, &value, t).await }).await?
     }
 
     /// A replaced hold (lost earlier, never released): free its key in the background.
@@ -69,6 +65,12 @@ impl Session for MemcachedSession {
     /// The TTL asked for: every key is written to live at least that long (see `expiry`).
     fn lease(&self) -> Duration {
         self.ttl
+    }
+
+    /// `true`: every connect and command has its limit (a third of the TTL), and one that ran
+    /// out closes the connection, so the next call connects afresh.
+    fn bounds_its_calls(&self) -> bool {
+        true
     }
 
     async fn keep_alive(&self) -> Result<KeepAlive> {
@@ -94,59 +96,7 @@ impl Session for MemcachedSession {
             return Err(unsupported(&self.server.describe, req.mode));
         }
         let key = self.server.key(req.name.as_str())?;
-        let mut backoff = Backoff::new();
-        let mut failures = 0;
-        loop {
-            if self.closed.load(Ordering::Acquire) {
-                return Err(Error::SessionExpired);
-            }
-            let value = new_hold_value(&self.id, &req.owner);
-            // Armed before the add leaves: if this future is dropped after the server stored
-            // the value but before we read the answer, the key is deleted (owner-checked).
-            let state = (self.server.clone(), key.clone(), value.clone(), self.timeouts);
-            let pending = CancelGuard::new("memcached add", state, |(server, key, value, t)| {
-                Some(async move {
-                    let _ = server.delete(&key, &value, t).await;
-                })
-            });
-            let added = self.server.add(&key, &value, self.secs, self.timeouts).await;
-            match added {
-                Ok(true) => {
-                    pending.disarm();
-                    if let Some(old) = self.holds.insert(req.name.clone(), req.owner.clone(), 0, value) {
-                        self.delete_in_background(key.clone(), old.value);
-                    }
-                    if self.closed.load(Ordering::Acquire) {
-                        // Closed while we added: close() may have drained before our insert.
-                        if let Some(h) = self.holds.take(&req.name, &req.owner) {
-                            self.delete_in_background(key, h.value);
-                        }
-                        return Err(Error::SessionExpired);
-                    }
-                    return Ok(Acquired::Granted { token: 0 });
-                }
-                // The add was refused: nothing of ours was stored.
-                Ok(false) => pending.disarm(),
-                // Unknown whether it was stored: the guard deletes it if it was.
-                Err(e) => {
-                    pending.fire();
-                    failures += 1;
-                    if !req.wait || failures >= MAX_WAIT_FAILURES || !matches!(e, Error::Unavailable { .. }) {
-                        return Err(e);
-                    }
-                    tracing::debug!(lock = %req.name, error = %e, "memcached: attempt failed; still waiting");
-                    tokio::time::sleep(backoff.delay(None)).await;
-                    continue;
-                }
-            };
-            failures = 0;
-            if !req.wait {
-                return Ok(Acquired::Busy);
-            }
-            // memcached tells nobody of a delete or an expiry: waiters poll.
-            tokio::time::sleep(backoff.delay(None)).await;
-            locksmith_core::metrics::wakeup("memcached");
-        }
+        WaitLoop::new("memcached", req.wait).run(&mut Add { session: self, req: &req, key }).await
     }
 
     async fn release(&self, name: &LockName, owner: &str, _token: u64) -> Result<bool> {
@@ -164,5 +114,50 @@ impl Session for MemcachedSession {
             }
         }
         Ok(())
+    }
+}
+
+/// One acquisition: memcached tells nobody of a delete or an expiry, so a waiter polls with
+/// one owner-valued add per attempt. A waiter rides out a few failed attempts (a reconnect
+/// after a restart, one lost answer): the loop's blip rule.
+struct Add<'a> {
+    session: &'a MemcachedSession,
+    req: &'a AcquireRequest,
+    key: String,
+}
+
+impl Attempt for Add<'_> {
+    async fn try_once(&mut self) -> Result<Try> {
+        let (session, req, key) = (self.session, self.req, &self.key);
+        if session.closed.load(Ordering::Acquire) {
+            return Err(Error::SessionExpired);
+        }
+        let value = new_hold_value(&session.id, &req.owner);
+        // Armed before the add leaves: if this future is dropped after the server stored the
+        // value but before we read the answer, or the answer is an error (unknown whether it
+        // was stored), the key is deleted (owner-checked).
+        let state = (session.server.clone(), key.clone(), value.clone(), session.timeouts);
+        let pending = CancelGuard::new("memcached add", state, |(server, key, value, t)| {
+            Some(async move {
+                let _ = server.delete(&key, &value, t).await;
+            })
+        });
+        if !session.server.add(key, &value, session.secs, session.timeouts).await? {
+            // The add was refused: nothing of ours was stored.
+            pending.disarm();
+            return Ok(Try::Busy(Busy::default()));
+        }
+        pending.disarm();
+        if let Some(old) = session.holds.insert(req.name.clone(), req.owner.clone(), 0, value) {
+            session.delete_in_background(key.clone(), old.value);
+        }
+        if session.closed.load(Ordering::Acquire) {
+            // Closed while we added: close() may have drained before our insert.
+            if let Some(h) = session.holds.take(&req.name, &req.owner) {
+                session.delete_in_background(key.clone(), h.value);
+            }
+            return Err(Error::SessionExpired);
+        }
+        Ok(Try::Granted(0))
     }
 }

@@ -163,3 +163,29 @@ async fn an_unreachable_server_is_unavailable_not_a_hang() {
     assert!(started.elapsed() < Duration::from_secs(1));
     a.close().await;
 }
+
+/// A renewal is two round trips. With every answer 200 ms away (100 ms each way, through a
+/// fault proxy) a renewal takes about 400 ms, more than the third of a 1 s lease the engine
+/// gives a renewal of a driver that does not bound its own calls: the holder still keeps its
+/// lock across three TTLs, because memcached's calls have their own limits (a third of the TTL
+/// each) and the engine waits for the answer until the hold's deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_keeps_its_lock_through_slow_renewals() {
+    let server = MemcachedServer::start();
+    let upstream = server.addr().parse().unwrap();
+    let proxy = locksmith_faultproxy::FaultProxy::start(upstream).await.unwrap();
+    proxy.set_latency(Duration::from_millis(100));
+    let slow = locksmith::connect_with_ttl(&format!("memcached://{}", proxy.local_addr()), TTL).await.unwrap();
+    let name = common::unique("slow");
+    let g = slow.lock_with(&name, common::unfenced()).await.unwrap();
+    tokio::time::sleep(TTL * 3).await;
+    assert!(g.is_held(), "slow renewals lost the hold");
+    let other = common::client(&server, TTL).await;
+    assert!(other.try_lock_with(&name, common::unfenced()).await.unwrap().is_none(), "a second holder");
+    // Renewals back to back keep the one connection busy: the unlock (two more round trips,
+    // bounded by the TTL) runs once the path is fast again.
+    proxy.set_latency(Duration::ZERO);
+    assert!(g.unlock().await.unwrap());
+    other.close().await;
+    slow.close().await;
+}

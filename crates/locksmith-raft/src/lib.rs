@@ -93,7 +93,7 @@
 //! up; [`RaftNode::add_learner`] and [`RaftNode::change_membership`] are the steps on their
 //! own); remove one with [`RaftNode::remove_node`]. A node whose directory was lost is removed
 //! first, then added back like a new one (it forgot its vote). [`RaftNode::cluster`] is a
-//! node's [`ClusterView`]: members, roles, the leader and how far each member's log is.
+//! node's [`ClusterStatus`]: members, roles, the leader and how far each member's log is.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 // openraft's storage traits return its `StorageError` (224 bytes): helpers returning it too are
 // the natural shape, and errors are rare.
@@ -120,10 +120,10 @@ pub use error::StartError;
 pub use error::StoreError;
 pub use leadership::Leadership;
 pub use membership::Added;
-pub use membership::ClusterView;
-pub use membership::Member;
+pub use membership::ClusterNode;
+pub use membership::ClusterStatus;
+pub use membership::NodeRole;
 pub use membership::Removed;
-pub use membership::Role;
 pub use network::NodeAuth;
 pub use network::PeerCa;
 pub use network::PeerCertError;

@@ -1,4 +1,4 @@
-//! A node's view of its cluster ([`ClusterView`]) and the outcomes of membership changes, as
+//! A node's view of its cluster ([`ClusterStatus`]) and the outcomes of membership changes, as
 //! `locksmith cluster status|add|remove` shows them.
 
 use openraft::RaftMetrics;
@@ -9,7 +9,7 @@ use crate::types::NodeId;
 
 /// What a member does, as the node that reports it sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Role {
+pub enum NodeRole {
     /// The leader of the current term.
     Leader,
     /// A voter that does not lead.
@@ -21,18 +21,18 @@ pub enum Role {
 /// One member of the cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct Member {
+pub struct ClusterNode {
     /// Its node id.
     pub id: NodeId,
     /// Its `host:port`, where peers and clients reach it.
     pub addr: String,
     /// Leader, follower or learner.
-    pub role: Role,
+    pub role: NodeRole,
     /// Whether it votes (during a membership change: in the old or the new voter set).
     pub voter: bool,
     /// The last log index the leader knows to be stored on it. Only the leader knows: `None`
     /// in any other node's view, and on the leader until the member first answered.
-    pub matched: Option<u64>,
+    pub matched_index: Option<u64>,
     /// How long ago the member last answered the leader: only in the leader's view (`None`
     /// for the leader itself, and for a member that never answered it).
     pub last_contact: Option<std::time::Duration>,
@@ -42,22 +42,22 @@ pub struct Member {
 }
 
 /// One node's view of the cluster, from its Raft state now. Any node has one; only the
-/// leader's has each member's [`matched`](Member::matched) index.
+/// leader's has each node's [`matched_index`](ClusterNode::matched_index).
 ///
 /// ```
 /// # async fn show(node: &locksmith_raft::RaftNode<impl locksmith_raft::Replicated>) {
 /// let view = node.cluster();
-/// for m in &view.members {
-///     println!("{} {} {:?} voter={} matched={:?}", m.id, m.addr, m.role, m.voter, m.matched);
+/// for n in &view.nodes {
+///     println!("{} {} {:?} voter={} matched={:?}", n.id, n.addr, n.role, n.voter, n.matched_index);
 /// }
 /// println!("term {}, leader {:?}", view.term, view.leader);
 /// # }
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
-pub struct ClusterView {
+pub struct ClusterStatus {
     /// The node whose view this is.
-    pub id: NodeId,
+    pub node_id: NodeId,
     /// Its current term.
     pub term: u64,
     /// The leader of that term, when known.
@@ -67,11 +67,11 @@ pub struct ClusterView {
     /// The index of the last entry in its log.
     pub last_log_index: Option<u64>,
     /// The index of the last entry its state machine applied.
-    pub applied: Option<u64>,
+    pub applied_index: Option<u64>,
     /// A membership change is under way (a joint configuration of old and new voters).
     pub changing: bool,
     /// The members, in id order. Empty on a node that waits to be added.
-    pub members: Vec<Member>,
+    pub nodes: Vec<ClusterNode>,
 }
 
 /// The leader of the current term as `m` knows it. Not this node once it stopped leading: a
@@ -81,73 +81,73 @@ pub(crate) fn current_leader(m: &RaftMetrics<NodeId, Node>) -> Option<NodeId> {
 }
 
 /// The `host:port` of the leader [`current_leader`] names, when it is a member: what
-/// [`ClusterView::leader_addr`] answers, without building the view.
+/// [`ClusterStatus::leader_addr`] answers, without building the view.
 pub(crate) fn leader_addr(m: &RaftMetrics<NodeId, Node>) -> Option<&str> {
     current_leader(m).and_then(|l| m.membership_config.membership().get_node(&l)).map(|n| n.addr.as_str())
 }
 
 /// The last log index the leader knows node `id` stored (leader only).
-pub(crate) fn matched(m: &RaftMetrics<NodeId, Node>, id: NodeId) -> Option<u64> {
+pub(crate) fn matched_index(m: &RaftMetrics<NodeId, Node>, id: NodeId) -> Option<u64> {
     m.replication.as_ref()?.get(&id)?.as_ref().map(|l| l.index)
 }
 
-impl ClusterView {
+impl ClusterStatus {
     pub(crate) fn from_metrics(m: &RaftMetrics<NodeId, Node>) -> Self {
         let leader = current_leader(m);
         let membership = m.membership_config.membership();
         let configs = membership.get_joint_config();
         let is_leader = m.state == ServerState::Leader;
         let progress = |id: &NodeId| {
-            matched(m, *id).or_else(|| {
+            matched_index(m, *id).or_else(|| {
                 // The leader's own log is all there.
                 (is_leader && *id == m.id).then_some(m.last_log_index).flatten()
             })
         };
-        let members = membership
+        let nodes = membership
             .nodes()
             .map(|(id, node)| {
                 let voter = configs.iter().any(|c| c.contains(id));
                 let role = match (leader == Some(*id), voter) {
-                    (true, _) => Role::Leader,
-                    (false, true) => Role::Follower,
-                    (false, false) => Role::Learner,
+                    (true, _) => NodeRole::Leader,
+                    (false, true) => NodeRole::Follower,
+                    (false, false) => NodeRole::Learner,
                 };
-                Member {
+                ClusterNode {
                     id: *id,
                     addr: node.addr.clone(),
                     role,
                     voter,
-                    matched: if is_leader { progress(id) } else { None },
+                    matched_index: if is_leader { progress(id) } else { None },
                     last_contact: None,
                     unreachable: false,
                 }
             })
             .collect();
         Self {
-            id: m.id,
+            node_id: m.id,
             term: m.current_term,
             leader,
             is_leader,
             last_log_index: m.last_log_index,
-            applied: m.last_applied.map(|l| l.index),
+            applied_index: m.last_applied.map(|l| l.index),
             changing: configs.len() > 1,
-            members,
+            nodes,
         }
     }
 
-    /// Member `id`, if it is one.
-    pub fn member(&self, id: NodeId) -> Option<&Member> {
-        self.members.iter().find(|m| m.id == id)
+    /// Node `id`, if it is a member.
+    pub fn node(&self, id: NodeId) -> Option<&ClusterNode> {
+        self.nodes.iter().find(|n| n.id == id)
     }
 
     /// The ids of the voters.
     pub fn voters(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.members.iter().filter(|m| m.voter).map(|m| m.id)
+        self.nodes.iter().filter(|n| n.voter).map(|n| n.id)
     }
 
     /// The leader's `host:port`, when the leader is known and a member.
     pub fn leader_addr(&self) -> Option<&str> {
-        self.leader.and_then(|l| self.member(l)).map(|m| m.addr.as_str())
+        self.leader.and_then(|l| self.node(l)).map(|m| m.addr.as_str())
     }
 }
 

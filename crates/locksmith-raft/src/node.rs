@@ -25,9 +25,9 @@ use crate::error::LeaderHint;
 use crate::error::MembershipError;
 use crate::error::StartError;
 use crate::leadership::Leadership;
-use crate::membership::matched;
+use crate::membership::matched_index;
 use crate::membership::Added;
-use crate::membership::ClusterView;
+use crate::membership::ClusterStatus;
 use crate::membership::Removed;
 use crate::network::pb::raft_server::RaftServer;
 use crate::network::Contacts;
@@ -284,7 +284,7 @@ impl<M: Replicated> RaftNode<M> {
         if !view.is_leader {
             return Err(MembershipError::ForwardToLeader(view_hint(&view)));
         }
-        match view.member(id) {
+        match view.node(id) {
             Some(m) if m.addr != addr => {
                 return Err(MembershipError::Invalid(format!(
                     "node {id} is a member at {}; remove it first to add it at {addr}",
@@ -303,7 +303,7 @@ impl<M: Replicated> RaftNode<M> {
             // Done when it has the entry that added it, or when this node stops leading (the
             // change below then says where the leader is).
             metrics
-                .wait_for(|m| m.state != ServerState::Leader || matched(m, id).is_some_and(|i| i >= index))
+                .wait_for(|m| m.state != ServerState::Leader || matched_index(m, id).is_some_and(|i| i >= index))
                 .await
                 .map(|_| ())
         })
@@ -312,7 +312,7 @@ impl<M: Replicated> RaftNode<M> {
             Ok(Ok(())) => {}
             Ok(Err(_)) => return Err(MembershipError::Stopped("the node stopped".into())),
             Err(_) => {
-                let has = match matched(&self.raft.metrics().borrow(), id) {
+                let has = match matched_index(&self.raft.metrics().borrow(), id) {
                     Some(i) => format!("it has the log up to index {i} of {index}"),
                     None => "it has not answered the leader yet: is it running, started with --join, and reachable \
                              from the leader at that address?"
@@ -352,7 +352,7 @@ impl<M: Replicated> RaftNode<M> {
         if !view.is_leader {
             return Err(MembershipError::ForwardToLeader(view_hint(&view)));
         }
-        let Some(member) = view.member(id) else { return Ok(Removed::NotAMember) };
+        let Some(member) = view.node(id) else { return Ok(Removed::NotAMember) };
         let (change, removed) = if member.voter {
             if view.voters().all(|v| v == id) {
                 return Err(MembershipError::Invalid(format!(
@@ -412,10 +412,10 @@ impl<M> RaftNode<M> {
     /// This node's view of the cluster now: members, roles, the leader, log indexes (and, on
     /// the leader, each member's matched index, last contact, and whether it is unreachable:
     /// no answer for longer than an election timeout).
-    pub fn cluster(&self) -> ClusterView {
-        let mut view = ClusterView::from_metrics(&self.raft.metrics().borrow());
+    pub fn cluster(&self) -> ClusterStatus {
+        let mut view = ClusterStatus::from_metrics(&self.raft.metrics().borrow());
         if view.is_leader {
-            for m in view.members.iter_mut().filter(|m| m.id != self.id) {
+            for m in view.nodes.iter_mut().filter(|m| m.id != self.id) {
                 m.last_contact = self.contacts.since(m.id);
                 m.unreachable = m.last_contact.is_none_or(|t| t > self.election_timeout);
             }
@@ -533,7 +533,7 @@ where
 }
 
 /// Where the leader is, as `view` knows.
-fn view_hint(view: &ClusterView) -> LeaderHint {
+fn view_hint(view: &ClusterStatus) -> LeaderHint {
     LeaderHint { id: view.leader, addr: view.leader_addr().map(str::to_string) }
 }
 

@@ -229,6 +229,7 @@
 //!   per name (Redisson itself needs one object type per name).
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod attempt;
 mod backend;
 mod conn;
 pub mod connect;

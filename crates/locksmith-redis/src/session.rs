@@ -8,29 +8,23 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use locksmith_core::driver::millis;
-use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::driver::WaitLoop;
+use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 
+use crate::attempt::RedisAttempt;
 use crate::holds::{Entry, Holds};
 use crate::layout::{random_uuid, Kind};
 use crate::pending::Pending;
-use crate::router::Registration;
 use crate::scripts::Attempt;
 use crate::shared::Shared;
 use locksmith_core::driver::CancelGuard;
 
-/// Consecutive connection failures a waiting acquisition tolerates before giving up.
-const MAX_WAIT_FAILURES: u32 = 3;
-
-/// How often a queued plain waiter that is not next in line refreshes its queue entry (which
-/// also checks the lock): well inside `QUEUE_LIFETIME` even with ±20 % jitter.
-const QUEUE_REFRESH: Duration = Duration::from_secs(1);
-
 /// One session on a Redis backend.
 pub(crate) struct RedisSession {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     id: String,
-    ttl_ms: u64,
-    holds: Arc<Holds>,
+    pub(crate) ttl_ms: u64,
+    pub(crate) holds: Arc<Holds>,
     closed: AtomicBool,
 }
 
@@ -84,7 +78,7 @@ impl RedisSession {
     }
 
     /// The error for an attempt that was refused outright (anything but granted or busy).
-    fn refusal(&self, entry: &Entry, attempt: Attempt) -> Error {
+    pub(crate) fn refusal(&self, entry: &Entry, attempt: Attempt) -> Error {
         let key = entry.key.as_str();
         match attempt {
             Attempt::WrongType(ty) => Self::wrong_type(key, &ty),
@@ -124,17 +118,6 @@ impl RedisSession {
                 Error::Internal("redis: a grant or busy answer taken for a refusal".into())
             }
         }
-    }
-}
-
-/// Resolves when `reg` is woken; never without one.
-///
-/// # Cancel safety
-/// Cancel safe: a wake-up that arrives later is kept for the next call.
-async fn notified(reg: Option<&Registration>) {
-    match reg {
-        Some(r) => r.notified().await,
-        None => std::future::pending().await,
     }
 }
 
@@ -191,7 +174,7 @@ impl Session for RedisSession {
             return Err(Error::Unsupported(format!("{refusal} (read locks need ?mode=rwlock)")));
         };
         self.shared.layout.check_name(req.name.as_str())?;
-        let mut pending = self.begin(&req.name, &req.owner, kind).await?;
+        let pending = self.begin(&req.name, &req.owner, kind).await?;
         let key = pending.state().entry.key.clone();
         let redisson_channel = self.shared.layout.redisson_channel(kind, &key);
         // Redisson's channel, shared by every waiter of the lock. Reentrant mode subscribes
@@ -199,84 +182,21 @@ impl Session for RedisSession {
         // channel (one message per admitted waiter, no herd) and subscribe to Redisson's only
         // once a Java holder blocks them (whose release is announced there alone), then try
         // again before waiting, so that release is not missed either.
-        let mut redisson = match (req.wait && !kind.queued(), &redisson_channel) {
+        let redisson = match (req.wait && !kind.queued(), &redisson_channel) {
             (true, Some(channel)) => Some(self.shared.router.register(channel).await),
             _ => None,
         };
-        // The waiter's own channel, once it queues.
-        let mut own: Option<Registration> = None;
-        let mut backoff = Backoff::new();
-        let mut failures = 0;
-        loop {
-            pending.state_mut().in_flight = true;
-            let entry = pending.state().entry.clone();
-            let attempt =
-                match self.shared.try_acquire(&entry, self.ttl_ms, entry.waiter.get().map(String::as_str)).await {
-                    Ok(a) => a,
-                    // A waiter rides out a short blip (a dropped connection is re-opened on the next
-                    // call); a no-wait attempt or a lasting outage reports it.
-                    Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
-                        failures += 1;
-                        tokio::time::sleep(backoff.delay(None)).await;
-                        // The lost reply may have been a grant: give it back before trying again,
-                        // so a retry never finds (and counts) its own hold.
-                        if self.shared.release(&entry, self.ttl_ms).await.is_ok() {
-                            pending.state_mut().in_flight = false;
-                        }
-                        continue;
-                    }
-                    Err(e) => return Err(e),
-                };
-            failures = 0;
-            pending.state_mut().in_flight = matches!(attempt, Attempt::Granted(_));
-            let busy = match attempt {
-                Attempt::Granted(token) => {
-                    // The entry now belongs to the session; its op lock is freed here.
-                    let p = pending.disarm();
-                    self.holds.grant(&req.name, &req.owner, p.id, token);
-                    return Ok(Acquired::Granted { token });
-                }
-                Attempt::Busy(busy) => busy,
-                refused => return Err(self.refusal(&entry, refused)),
-            };
-            if !req.wait {
-                return Ok(Acquired::Busy);
-            }
-            if let (true, None, Some(channel)) = (busy.foreign, &redisson, &redisson_channel) {
-                redisson = Some(self.shared.router.register(channel).await);
-                continue;
-            }
-            if kind.queued() && own.is_none() {
-                // First busy attempt: subscribe first, so that no wake-up is missed, then join the
-                // queue with the next attempt (not a wake-up: nothing woke us).
-                let id = format!("{:016x}", locksmith_core::driver::identity::random_u64());
-                let channel = self.shared.layout.queue(&key).wake_channel(&id);
-                own = Some(self.shared.router.register(&channel).await);
-                let _ = entry.waiter.set(id);
-                continue;
-            }
-            // The next in line (and every reentrant waiter) retries on the fallback timer; a
-            // waiter further back only refreshes its entry then, which is not a wake-up.
-            let next_in_line = busy.rank <= 0;
-            let timer = match next_in_line {
-                true => backoff.delay(busy.left()),
-                false => QUEUE_REFRESH.mul_f64(rand::random_range(0.8..1.2)),
-            };
-            let woken = tokio::select! {
-                // No backoff restart: on Redisson's channel every waiter of a process hears a
-                // release and all but one find the lock taken again; the next release wakes them
-                // anew.
-                _ = notified(own.as_ref()) => true,
-                _ = notified(redisson.as_ref()) => true,
-                _ = tokio::time::sleep(timer) => next_in_line,
-            };
-            if woken {
-                locksmith_core::metrics::wakeup("redis");
-            }
-            for reg in [own.as_ref(), redisson.as_ref()].into_iter().flatten() {
-                reg.refresh().await;
-            }
-        }
+        let mut attempt = RedisAttempt {
+            session: self,
+            req: &req,
+            kind,
+            key,
+            pending: Some(pending),
+            redisson_channel,
+            redisson,
+            own: None,
+        };
+        WaitLoop::new("redis", req.wait).run(&mut attempt).await
     }
 
     /// Owner-checked release; renewal of the hold stops before the release is sent.

@@ -65,7 +65,6 @@
 
 mod backend;
 mod cluster;
-mod holds;
 mod instance;
 mod session;
 mod timing;

@@ -160,13 +160,19 @@ async fn a_timed_out_waiter_leaves_nothing_on_the_instances() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_type_keys_count_as_taken_votes() {
     let five = common::Five::start();
-    let a = five.client(TTL).await;
+    // Nothing here waits for an expiry: a 5 s TTL gives each instance 250 ms to answer (TTL/10
+    // capped), not the 100 ms of a 1 s TTL that a loaded machine can miss on two of the four
+    // free instances (a missing vote each, and then no quorum).
+    let a = five.client(Duration::from_secs(5)).await;
     let name = common::unique("wrongtype");
     for i in 0..3 {
         let mut c = five.raw(i).await;
         let _: i64 = redis::cmd("HSET").arg(&name).arg("f").arg("v").query_async(&mut c).await.unwrap();
     }
     assert!(a.try_lock_with(&name, common::unfenced()).await.unwrap().is_none());
+    // The lost round's votes on the two free instances are gone when try_lock returns: left
+    // behind, they would make the next look (below) find the lock taken.
+    assert_eq!(five.holding_on(&name, &[3, 4]).await, Vec::<usize>::new(), "a busy try_lock left its votes");
     let s = a.status(Some(&name)).await.unwrap();
     assert!(s[0].holder.is_none());
     for i in 0..2 {

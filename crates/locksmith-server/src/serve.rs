@@ -433,7 +433,7 @@ async fn start_raft(
         locksmith_raft::StartError::Config(m) => ServerError::Config(m),
         other => ServerError::Failed(format!("raft: {other}")),
     })?;
-    if cluster.peers.is_empty() && node.cluster().members.is_empty() {
+    if cluster.peers.is_empty() && node.cluster().nodes.is_empty() {
         tracing::info!(node = cluster.node_id, "cluster node started; waiting to be added (locksmith cluster add)");
     } else {
         tracing::info!(node = cluster.node_id, peers = ?cluster.peers, "cluster node started");

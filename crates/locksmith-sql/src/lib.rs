@@ -249,6 +249,7 @@
 //! [`locksmith_core::metrics::WAKEUPS`] with `backend` = `postgres`, `mysql` or `sqlite`.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+mod attempt;
 mod backend;
 mod conn;
 #[macro_use]

@@ -8,14 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use locksmith_core::driver::{millis, CancelGuard, HoldTable};
+use locksmith_core::driver::{millis, HoldTable, WaitLoop};
 use locksmith_core::{AcquireRequest, Acquired, Backoff, Error, HoldMode, KeepAlive, LockName, Result, Session};
 
+use crate::attempt::SqlAttempt;
 use crate::db::Db;
-use crate::lease::{Ask, Attempt, Table, ANNOUNCEMENT_REFRESH};
-
-/// Consecutive connection failures a waiting acquisition tolerates before giving up.
-const MAX_WAIT_FAILURES: u32 = 3;
+use crate::lease::Table;
 
 /// Largest fallback delay of a waiter that also gets NOTIFY wake-ups (PostgreSQL); always
 /// capped by the holder's remaining lease.
@@ -23,62 +21,12 @@ const PUSHED_FALLBACK: Duration = Duration::from_secs(1);
 
 /// One session on a SQL backend.
 pub(crate) struct SqlSession {
-    db: Arc<Db>,
+    pub(crate) db: Arc<Db>,
     id: String,
-    ttl_ms: i64,
+    pub(crate) ttl_ms: i64,
     /// Each hold's table and owner column.
-    holds: HoldTable<(Table, String)>,
-    closed: AtomicBool,
-}
-
-type RowRef = (Arc<Db>, Table, String, String);
-
-/// Armed while a row of ours may be left behind: deletes `owner`'s row of `name` in `table`
-/// (owner-checked, so it can never hit someone else's) if the guard is dropped armed. `what`
-/// names the row in the cancel guard, and a failed delete is logged at `level` with `failed`:
-/// nothing is lost by it, since the row's lease ends it anyway.
-fn delete_row_on_drop(
-    what: &'static str,
-    failed: &'static str,
-    level: tracing::Level,
-    row: RowRef,
-) -> CancelGuard<RowRef> {
-    CancelGuard::new(what, row, move |(db, table, name, owner)| {
-        Some(async move {
-            if let Err(e) = db.delete_owner(table, &name, &owner).await {
-                if level == tracing::Level::WARN {
-                    tracing::warn!(%name, error = %e, "{failed}");
-                } else {
-                    tracing::debug!(%name, error = %e, "{failed}");
-                }
-            }
-        })
-    })
-}
-
-/// Armed while one attempt's outcome is unknown (a dropped future, an error while the
-/// transaction may have committed): deletes the attempt's row. The owner column is unique per
-/// attempt, so the delete can never hit a later hold.
-fn delete_on_drop(db: Arc<Db>, table: Table, name: String, owner: String) -> CancelGuard<RowRef> {
-    delete_row_on_drop(
-        "sql attempt",
-        "cleanup of an unfinished acquisition failed; the lease expires it",
-        tracing::Level::WARN,
-        (db, table, name, owner),
-    )
-}
-
-/// Armed from a waiting writer's first announcement until its acquisition ends: a writer that
-/// gives up (a timeout, a dropped future, an error) deletes its announcement at once, so readers
-/// need not wait for its lease (PostgreSQL also wakes them). A grant deletes it in the granting
-/// transaction and disarms this.
-fn withdraw_on_drop(db: Arc<Db>, name: String, owner: String) -> CancelGuard<RowRef> {
-    delete_row_on_drop(
-        "sql writer announcement",
-        "withdrawing a writer's announcement failed; its lease ends it",
-        tracing::Level::DEBUG,
-        (db, Table::Holds, name, owner),
-    )
+    pub(crate) holds: HoldTable<(Table, String)>,
+    pub(crate) closed: AtomicBool,
 }
 
 impl SqlSession {
@@ -89,7 +37,7 @@ impl SqlSession {
     }
 
     /// The owner column of one attempt: `<session>:<nonce>:<owner>`.
-    fn column(&self, owner: &str) -> String {
+    pub(crate) fn column(&self, owner: &str) -> String {
         format!("{}:{:08x}:{owner}", self.id, locksmith_core::driver::identity::random_u32())
     }
 }
@@ -183,96 +131,12 @@ impl Session for SqlSession {
             true => self.db.register_waiter(req.name.as_str()).await?,
             false => None,
         };
-        let mut backoff = match waiting {
+        let backoff = match waiting {
             Some(_) => Backoff::with_max(PUSHED_FALLBACK),
             None => Backoff::new(),
         };
-        // This writer's announcement, once made: its owner column and what withdraws it.
-        let mut announced: Option<(String, CancelGuard<RowRef>)> = None;
-        let mut failures = 0;
-        loop {
-            let column = self.column(&req.owner);
-            let cleanup = delete_on_drop(self.db.clone(), table, req.name.to_string(), column.clone());
-            let ask = Ask {
-                name: req.name.as_str(),
-                owner: &column,
-                mode: req.mode,
-                ttl_ms: self.ttl_ms,
-                announced: announced.as_ref().map(|(owner, _)| owner.as_str()),
-            };
-            let (left, readers) = match self.db.try_acquire(ask).await {
-                Ok(Attempt::Granted(token)) => {
-                    cleanup.disarm();
-                    // The granting transaction deleted the announcement.
-                    if let Some((_, withdraw)) = announced.take() {
-                        withdraw.disarm();
-                    }
-                    if self.closed.load(Ordering::SeqCst) {
-                        self.db.release(table, req.name.as_str(), &column, token).await?;
-                        return Err(Error::SessionExpired);
-                    }
-                    self.holds.insert(req.name.clone(), req.owner.clone(), token, (table, column));
-                    // One release may admit several readers or permit holders: the next local
-                    // waiter tries too.
-                    if let (Some(reg), false) = (&waiting, req.mode == HoldMode::Exclusive) {
-                        reg.pass_on();
-                    }
-                    return Ok(Acquired::Granted { token });
-                }
-                Ok(Attempt::Busy { left, readers }) => {
-                    cleanup.disarm();
-                    failures = 0;
-                    (left, readers)
-                }
-                Ok(Attempt::Refused(why)) => {
-                    cleanup.disarm();
-                    return Err(Error::InvalidArgument(why));
-                }
-                // A waiter rides out a short blip; the cleanup removes a grant whose commit
-                // answer was lost.
-                Err(e) if req.wait && e.is_transient() && failures < MAX_WAIT_FAILURES => {
-                    failures += 1;
-                    cleanup.fire();
-                    (None, false)
-                }
-                Err(e) => return Err(e),
-            };
-            if !req.wait {
-                return Ok(Acquired::Busy);
-            }
-            // Writer preference: a writer kept out by readers announces itself, and keeps the
-            // announcement fresh until it gets in, whatever is in its way meanwhile.
-            if readers || announced.is_some() {
-                let owner = match &announced {
-                    Some((owner, _)) => owner.clone(),
-                    None => {
-                        let owner = self.column(&req.owner);
-                        let withdraw = withdraw_on_drop(self.db.clone(), req.name.to_string(), owner.clone());
-                        announced = Some((owner.clone(), withdraw));
-                        owner
-                    }
-                };
-                // Without it the writer only loses its preference; the grant path still works.
-                if let Err(e) = self.db.announce_writer(req.name.as_str(), &owner).await {
-                    tracing::debug!(name = %req.name, error = %e, "a waiting writer could not announce itself");
-                }
-            }
-            let mut delay = backoff.delay(left);
-            if announced.is_some() {
-                delay = delay.min(ANNOUNCEMENT_REFRESH);
-            }
-            match &waiting {
-                // A NOTIFY does not restart the backoff: every waiting client hears it, and all
-                // but one find the lock taken again; the next release notifies them anew.
-                Some(reg) => tokio::select! {
-                    _ = reg.notified() => {}
-                    _ = tokio::time::sleep(delay) => {}
-                },
-                None => tokio::time::sleep(delay).await,
-            }
-            // Counted before every re-check, never before the first attempt.
-            locksmith_core::metrics::wakeup(self.db.dialect().label());
-        }
+        let mut attempt = SqlAttempt { session: self, req: &req, table, waiting, announced: None };
+        WaitLoop::new(self.db.dialect().label(), req.wait).backoff(backoff).run(&mut attempt).await
     }
 
     /// Owner-checked release (`DELETE … WHERE name, owner, token`); renewal of the hold stops

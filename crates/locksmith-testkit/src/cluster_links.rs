@@ -1,7 +1,7 @@
-//! Fault proxies on every path of a cluster: one per ordered pair of nodes (node `a` dials node
-//! `b` through link `(a, b)`, given to `a` as `--routes`) and one in front of each node for
-//! clients. Partitions are built from them: a node isolated from the others, a client cut off
-//! from a node.
+//! Fault proxies on every path of a cluster: the fault mesh between its nodes
+//! ([`locksmith_faultproxy::Links`], given to each node as `--routes`) and one proxy in front of
+//! each node for clients. Partitions are built from them: a node isolated from the others, a
+//! client cut off from a node.
 //!
 //! The proxies run on a runtime of their own, on a thread of their own, so that the cluster can
 //! be made and dropped from synchronous code and from inside `#[tokio::test]` alike (a runtime
@@ -10,20 +10,20 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use locksmith_faultproxy::FaultProxy;
+use locksmith_faultproxy::{FaultProxy, Links};
 
 /// The proxies of a cluster's paths.
 #[derive(Debug)]
-pub(crate) struct Links {
-    /// Node-to-node paths, `(from, to)`.
-    links: BTreeMap<(u64, u64), FaultProxy>,
+pub(crate) struct Paths {
+    /// Node-to-node paths.
+    links: Links,
     /// The client-facing path of each node.
     fronts: BTreeMap<u64, FaultProxy>,
     /// Ends the proxies' runtime thread when dropped.
     _stop: std::sync::mpsc::Sender<()>,
 }
 
-impl Links {
+impl Paths {
     /// Proxies for the nodes listening on `ports` (id → port).
     ///
     /// # Panics
@@ -32,16 +32,13 @@ impl Links {
         let (handles, stop) = run_proxies({
             let ports = ports.clone();
             move || async move {
-                let upstream = |id: u64| SocketAddr::from(([127, 0, 0, 1], ports[&id]));
-                let mut links = BTreeMap::new();
+                let nodes: Vec<(u64, SocketAddr)> =
+                    ports.iter().map(|(id, port)| (*id, SocketAddr::from(([127, 0, 0, 1], *port)))).collect();
                 let mut fronts = BTreeMap::new();
-                for &a in ports.keys() {
-                    fronts.insert(a, FaultProxy::start(upstream(a)).await?);
-                    for &b in ports.keys().filter(|b| **b != a) {
-                        links.insert((a, b), FaultProxy::start(upstream(b)).await?);
-                    }
+                for (id, addr) in &nodes {
+                    fronts.insert(*id, FaultProxy::start(*addr).await?);
                 }
-                Ok((links, fronts))
+                Ok((Links::start(&nodes).await?, fronts))
             }
         });
         let (links, fronts) = handles;
@@ -50,12 +47,7 @@ impl Links {
 
     /// `ID=127.0.0.1:PORT,…`: how node `from` reaches every other node.
     pub(crate) fn routes(&self, from: u64) -> String {
-        self.links
-            .iter()
-            .filter(|((a, _), _)| *a == from)
-            .map(|((_, b), p)| format!("{b}={}", p.local_addr()))
-            .collect::<Vec<_>>()
-            .join(",")
+        self.links.routes(from)
     }
 
     /// The client-facing address of node `id`.
@@ -66,22 +58,19 @@ impl Links {
     /// Cuts node `id` off from every other node, both ways (a blackhole: connections stall, as
     /// over a real partition), its clients' paths left alone.
     pub(crate) fn isolate(&self, id: u64) {
-        for ((a, b), p) in &self.links {
-            if *a == id || *b == id {
-                p.blackhole();
-            }
-        }
+        self.links.isolate(id, true);
     }
 
     /// Ends every partition.
     pub(crate) fn heal(&self) {
-        for p in self.links.values().chain(self.fronts.values()) {
+        self.links.heal();
+        for p in self.fronts.values() {
             p.heal();
         }
     }
 }
 
-type Proxies = (BTreeMap<(u64, u64), FaultProxy>, BTreeMap<u64, FaultProxy>);
+type Proxies = (Links, BTreeMap<u64, FaultProxy>);
 
 /// Starts the proxies made by `make` on a new thread's runtime, which runs until the returned
 /// sender is dropped.

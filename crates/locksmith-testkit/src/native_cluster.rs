@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
 
-use crate::cluster_links::Links;
+use crate::cluster_links::Paths;
 use crate::port::{free_port, wait_listening};
 use crate::process::{spawn, watchdog, ChildProcess};
 
@@ -21,7 +21,7 @@ pub struct NativeCluster {
     nodes: Vec<Node>,
     peers: String,
     /// Fault proxies on every path, when started with [`NativeCluster::start_with_links`].
-    links: Option<Links>,
+    links: Option<Paths>,
     /// More `serve` arguments for every node (e.g. `--auth FILE`).
     serve_args: Vec<String>,
     /// Options for the URLs this hands out and its own checks (e.g. `token_file=…`).
@@ -122,7 +122,7 @@ impl NativeCluster {
             })
             .collect();
         let peers = nodes.iter().map(|n| format!("{}=127.0.0.1:{}", n.id, n.port)).collect::<Vec<_>>().join(",");
-        let links = with_links.then(|| Links::start(&nodes.iter().map(|n| (n.id, n.port)).collect()));
+        let links = with_links.then(|| Paths::start(&nodes.iter().map(|n| (n.id, n.port)).collect()));
         let secret_dir = tempfile::Builder::new().prefix("locksmith-secret-").tempdir().expect("create a temp dir");
         let secret = write_cluster_secret(secret_dir.path());
         let mut c = Self {
@@ -184,7 +184,7 @@ impl NativeCluster {
         self.links().heal();
     }
 
-    fn links(&self) -> &Links {
+    fn links(&self) -> &Paths {
         self.links.as_ref().expect("a cluster started with NativeCluster::start_with_links")
     }
 

@@ -34,7 +34,7 @@ pub struct ZkServer {
 }
 
 impl ZkServer {
-    /// Starts a server and waits until it answers `ruok` with `imok`.
+    /// Starts a server and waits until it answers `ruok` with `imok` and then grants a session.
     ///
     /// # Panics
     /// When Java or the ZooKeeper jars are missing (the message names the setup command) or the
@@ -134,8 +134,54 @@ impl ZkServer {
             assert!(Instant::now() < until, "zookeeper did not answer ruok on 127.0.0.1:{} within 30 s", self.port);
             std::thread::sleep(Duration::from_millis(25));
         }
+        // `imok` comes before the server can create sessions: a fresh JVM then still loads and
+        // compiles the session path, and a client's first session took over 3 s under load.
+        // Ready means a session was established (and closed again).
+        while let Err(e) = session_round_trip(self.port) {
+            assert!(
+                Instant::now() < until,
+                "zookeeper on 127.0.0.1:{} established no session within 30 s: {e}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(25));
+        }
         self.process = Some(p);
     }
+}
+
+/// Opens a session with ZooKeeper's handshake (a jute `ConnectRequest`, length-prefixed) and
+/// closes it (`closeSession`); an error unless the server granted a session id.
+fn session_round_trip(port: u16) -> std::io::Result<()> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    // protocolVersion, lastZxidSeen, timeOut (ms; the server clamps it to its minimum),
+    // sessionId 0 (a new one), a 16-byte zero password, readOnly false.
+    let mut req = Vec::with_capacity(45);
+    req.extend_from_slice(&0i32.to_be_bytes());
+    req.extend_from_slice(&0i64.to_be_bytes());
+    req.extend_from_slice(&2_000i32.to_be_bytes());
+    req.extend_from_slice(&0i64.to_be_bytes());
+    req.extend_from_slice(&16i32.to_be_bytes());
+    req.extend_from_slice(&[0; 16]);
+    req.push(0);
+    let len = i32::try_from(req.len()).unwrap_or(i32::MAX);
+    s.write_all(&len.to_be_bytes())?;
+    s.write_all(&req)?;
+    // ConnectResponse: its length, protocolVersion, timeOut, then the session id.
+    let mut head = [0u8; 20];
+    s.read_exact(&mut head)?;
+    let session = i64::from_be_bytes(head[12..20].try_into().unwrap_or_default());
+    if session == 0 {
+        return Err(std::io::Error::other("the server answered the handshake without a session"));
+    }
+    // closeSession: a request header (xid 1, type -11) and no body. Best effort: a session not
+    // closed expires after the server's minimum session timeout.
+    let mut close = Vec::with_capacity(12);
+    close.extend_from_slice(&8i32.to_be_bytes());
+    close.extend_from_slice(&1i32.to_be_bytes());
+    close.extend_from_slice(&(-11i32).to_be_bytes());
+    let _ = s.write_all(&close);
+    Ok(())
 }
 
 fn ruok(port: u16) -> bool {

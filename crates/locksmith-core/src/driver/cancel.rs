@@ -137,6 +137,30 @@ pub fn spawn_detached(label: &'static str, fut: impl Future<Output = ()> + Send 
     }
 }
 
+/// Runs `fut` on a spawned task and waits for its result: the work runs to its end even if the
+/// caller's future is dropped meanwhile (a release must not stop between instances or between
+/// its read and its delete). `label` names the task in the error of a task that panicked.
+///
+/// # Cancel safety
+/// Cancel safe: dropping this future detaches the task, which runs on.
+///
+/// # Errors
+/// [`Error::Backend`](crate::Error::Backend) when the task panicked or was aborted.
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let n = locksmith_core::driver::run_to_end("demo release", async { 2 + 2 }).await?;
+/// assert_eq!(n, 4);
+/// # Ok::<(), locksmith_core::Error>(())
+/// # }).unwrap();
+/// ```
+pub async fn run_to_end<T: Send + 'static>(
+    label: &'static str,
+    fut: impl Future<Output = T> + Send + 'static,
+) -> crate::Result<T> {
+    tokio::spawn(fut).await.map_err(|e| crate::Error::Backend(format!("{label} task failed: {e}")))
+}
+
 /// Runs a closure when dropped, unless cancelled: a synchronous part of a cleanup that must
 /// happen whether its future runs to the end or is dropped unrun.
 ///

@@ -30,6 +30,9 @@ pub struct HoldRef<V> {
     pub token: u64,
     /// Granted when the snapshot was taken (a pending acquisition is never reported lost).
     pub granted: bool,
+    /// Reported lost by [`HoldTable::report_kept`]: no longer renewed, still registered until
+    /// released.
+    pub lost: bool,
     /// The driver's data: a key, a node path, a connection…
     pub value: V,
 }
@@ -39,6 +42,7 @@ struct Entry<V> {
     id: HoldId,
     token: u64,
     granted: bool,
+    lost: bool,
     value: V,
 }
 
@@ -88,6 +92,7 @@ impl<V: Clone> HoldTable<V> {
             owner: key.1.clone(),
             token: e.token,
             granted: e.granted,
+            lost: e.lost,
             value: e.value.clone(),
         }
     }
@@ -96,7 +101,7 @@ impl<V: Clone> HoldTable<V> {
     /// returned for the caller to free.
     pub fn insert(&self, name: LockName, owner: String, token: u64, value: V) -> Option<HoldRef<V>> {
         let key = (name, owner);
-        let entry = Entry { id: self.next_id(), token, granted: true, value };
+        let entry = Entry { id: self.next_id(), token, granted: true, lost: false, value };
         let mut map = self.map();
         let old = map.remove(&key).map(|e| Self::hold_ref(&key, &e));
         map.insert(key, entry);
@@ -116,7 +121,7 @@ impl<V: Clone> HoldTable<V> {
             return Err(Self::hold_ref(&key, e));
         }
         let id = self.next_id();
-        map.insert(key, Entry { id, token: 0, granted: false, value });
+        map.insert(key, Entry { id, token: 0, granted: false, lost: false, value });
         Ok(id)
     }
 
@@ -201,6 +206,31 @@ impl<V: Clone> HoldTable<V> {
         }
         out
     }
+
+    /// The lost-holds helper of a backend whose tokens cannot tell holds apart (all 0): as
+    /// [`HoldTable::report`], but a hold found gone stays registered, marked
+    /// [`lost`](HoldRef::lost) — no longer renewed, still released (owner-checked) on unlock —
+    /// and every hold so marked is reported again on every call until it is released: a report
+    /// the engine could not deliver (the guard's slot was busy) would otherwise leave a guard
+    /// believing in a hold nobody renews. Reports name the owner, so they never hit another hold
+    /// of the same lock.
+    pub fn report_kept(&self, verdicts: impl IntoIterator<Item = (HoldRef<V>, bool)>, why: &str) -> KeepAlive {
+        let mut map = self.map();
+        for (h, ours) in verdicts {
+            if ours || !h.granted {
+                continue;
+            }
+            match map.get_mut(&(h.name.clone(), h.owner.clone())) {
+                Some(e) if e.id == h.id && !e.lost => {
+                    e.lost = true;
+                    tracing::warn!(lock = %h.name, token = h.token, "{why}");
+                }
+                _ => {}
+            }
+        }
+        let lost = map.iter().filter(|(_, e)| e.lost).map(|(k, e)| LostHold::new(k.0.clone(), k.1.clone(), e.token));
+        KeepAlive { lost: lost.collect(), ..KeepAlive::default() }
+    }
 }
 
 #[cfg(test)]
@@ -238,5 +268,22 @@ mod tests {
         assert_eq!(out.lost.len(), 1);
         assert_eq!(out.lost[0].token, 9);
         assert!(!t.grant(&name("a"), "o", id, 10), "granting a removed registration");
+    }
+
+    #[test]
+    fn a_kept_lost_hold_is_reported_until_released_and_not_renewed() {
+        let t: HoldTable<&str> = HoldTable::default();
+        t.insert(name("a"), "o".into(), 0, "v1");
+        t.insert(name("b"), "o".into(), 0, "v2");
+        let verdicts = t.snapshot().into_iter().map(|h| (h.name.as_str() == "b", h.name.clone()));
+        let verdicts: Vec<_> =
+            verdicts.map(|(ours, n)| (t.get(&n, "o").unwrap_or_else(|| panic!("{n}")), ours)).collect();
+        assert_eq!(t.report_kept(verdicts, "test").lost.len(), 1);
+        // Reported again while registered; the snapshot says it is not to be renewed.
+        assert_eq!(t.report_kept([], "test").lost.len(), 1);
+        let lost: Vec<_> = t.snapshot().into_iter().filter(|h| h.lost).map(|h| h.value).collect();
+        assert_eq!(lost, ["v1"]);
+        assert_eq!(t.take(&name("a"), "o").map(|h| h.value), Some("v1"));
+        assert!(t.report_kept([], "test").lost.is_empty());
     }
 }

@@ -2,7 +2,8 @@
 //! scripts, written once.
 //!
 //! - [`cancel`]: [`CancelGuard`], the cleanup of an abandoned acquisition (a dropped `lock()`
-//!   leaves no waiter and no hold), and [`spawn_detached`] for every other spawn-on-drop.
+//!   leaves no waiter and no hold), [`spawn_detached`] for every other spawn-on-drop, and
+//!   [`run_to_end`] for work that must finish although its caller may be dropped.
 //! - [`holds`]: [`HoldTable`], a session's holds and the lost-holds helper every keep-alive
 //!   ends with.
 //! - [`hold_value`]: the unique value that identifies a hold on a backend without tokens
@@ -12,6 +13,8 @@
 //! - [`tls`]: [`TlsFiles`], the `?ca=&cert=&key=` options every non-SQL driver reads.
 //! - [`identity`]: session ids, lock values and owner ids from the OS (safe across `fork()`).
 //! - [`timing`]: the waiters' [`Backoff`], the clock-drift margin [`drift`], [`millis`].
+//! - [`wait`]: [`WaitLoop`], the wait loop of an acquisition: a driver says how to try once
+//!   and what wakes it ([`Attempt`]).
 //!
 //! A new driver is its protocol (scripts, queries, node layouts) plus these parts; the engine
 //! ([`Client`](crate::Client), [`Guard`](crate::Guard), the session keeper) does the rest.
@@ -27,8 +30,9 @@ pub mod tls_failure;
 #[cfg(feature = "rustls")]
 pub mod tls_probe;
 pub mod url;
+pub mod wait;
 
-pub use cancel::{spawn_detached, CancelGuard, CleanupFuture, OnDrop};
+pub use cancel::{run_to_end, spawn_detached, CancelGuard, CleanupFuture, OnDrop};
 pub use hold_value::{new_hold_value, new_session_id, parse_hold_value};
 pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};
@@ -38,6 +42,7 @@ pub use tls_failure::{connection_dropped, tls_failure, TlsFailure};
 #[cfg(feature = "rustls")]
 pub use tls_probe::tls_probe;
 pub use url::{known_schemes, redact, scheme_info, BackendUrl, HostPort, Scheme, SCHEMES};
+pub use wait::{Attempt, Busy, Try, WaitLoop, MAX_WAIT_FAILURES};
 
 /// The refusal of a kind of hold a driver does not offer, said one way by every driver:
 /// `<describe> offers no <mode> holds`. The engine asks [`Backend::supports`](crate::Backend)

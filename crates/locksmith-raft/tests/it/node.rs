@@ -73,7 +73,7 @@ async fn a_single_node_restarts_on_its_directory_with_its_state() {
 /// removing a node that is no member changes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn membership_changes_are_checked_against_the_cluster() {
-    use locksmith_raft::{Added, MembershipError, Removed, Role};
+    use locksmith_raft::{Added, MembershipError, NodeRole, Removed};
 
     init_tracing();
     let dirs = tempfile::tempdir().unwrap();
@@ -83,9 +83,9 @@ async fn membership_changes_are_checked_against_the_cluster() {
     let n = &nodes[0].as_ref().unwrap().node;
     let view = n.cluster();
     assert!(view.is_leader && view.leader == Some(1) && !view.changing, "{view:?}");
-    assert_eq!(view.members.len(), 1);
-    let me = &view.members[0];
-    assert!(me.role == Role::Leader && me.voter && me.addr == peers[&1] && me.matched.is_some(), "{me:?}");
+    assert_eq!(view.nodes.len(), 1);
+    let me = &view.nodes[0];
+    assert!(me.role == NodeRole::Leader && me.voter && me.addr == peers[&1] && me.matched_index.is_some(), "{me:?}");
 
     let limit = Duration::from_secs(5);
     let last = n.remove_node(1, limit).await;
@@ -97,8 +97,8 @@ async fn membership_changes_are_checked_against_the_cluster() {
     let nowhere = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap().to_string();
     let slow = n.add_voter(2, nowhere, Duration::from_millis(500)).await;
     assert!(matches!(&slow, Err(MembershipError::Timeout(m)) if m.contains("stays a learner")), "{slow:?}");
-    let learner = n.cluster().member(2).cloned().unwrap();
-    assert!(learner.role == Role::Learner && !learner.voter && learner.matched.is_none(), "{learner:?}");
+    let learner = n.cluster().node(2).cloned().unwrap();
+    assert!(learner.role == NodeRole::Learner && !learner.voter && learner.matched_index.is_none(), "{learner:?}");
     assert_eq!(n.remove_node(2, limit).await.unwrap(), Removed::Learner);
     assert_eq!(n.remove_node(2, limit).await.unwrap(), Removed::NotAMember);
     assert_eq!(n.cluster().voters().collect::<Vec<_>>(), vec![1]);

@@ -19,7 +19,7 @@ use locksmith_proto::{
     AddNodeRequest, AddNodeResponse, ClusterNode, ClusterStatus, ClusterStatusRequest, RemoveNodeRequest,
     RemoveNodeResponse,
 };
-use locksmith_raft::{Added, ClusterView, MembershipError, PeerCa, PeerCertError, RaftNode, Removed, Role};
+use locksmith_raft::{Added, MembershipError, NodeRole, PeerCa, PeerCertError, RaftNode, Removed};
 use tonic::{Request, Response, Status};
 
 use super::{check_addr, ReplicaMachine};
@@ -79,7 +79,7 @@ impl Admin {
         if let (Some(ca), Some(chain)) = (&self.peer_ca, request.peer_certs()) {
             match ca.node_id(&chain) {
                 Ok(id) => {
-                    let member = self.node()?.cluster().members.iter().any(|m| m.id == id);
+                    let member = self.node()?.cluster().nodes.iter().any(|m| m.id == id);
                     if !member {
                         return Err(refuse(
                             "not_a_member",
@@ -245,31 +245,31 @@ fn membership_status(e: MembershipError) -> Status {
 }
 
 /// A view as the protocol carries it.
-fn to_pb(view: &ClusterView) -> ClusterStatus {
+fn to_pb(view: &locksmith_raft::ClusterStatus) -> ClusterStatus {
     let nodes = view
-        .members
+        .nodes
         .iter()
         .map(|m| ClusterNode {
             id: m.id,
             addr: m.addr.clone(),
             role: match m.role {
-                Role::Leader => PbRole::Leader,
-                Role::Follower => PbRole::Follower,
-                Role::Learner => PbRole::Learner,
+                NodeRole::Leader => PbRole::Leader,
+                NodeRole::Follower => PbRole::Follower,
+                NodeRole::Learner => PbRole::Learner,
             } as i32,
             voter: m.voter,
-            matched_index: m.matched,
+            matched_index: m.matched_index,
             last_contact_ms: m.last_contact.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             unreachable: m.unreachable,
         })
         .collect();
     ClusterStatus {
-        node_id: view.id,
+        node_id: view.node_id,
         term: view.term,
         leader_id: view.leader,
         leader_addr: view.leader_addr().unwrap_or_default().to_string(),
         last_log_index: view.last_log_index,
-        applied_index: view.applied,
+        applied_index: view.applied_index,
         changing: view.changing,
         nodes,
     }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use locksmith_core::driver::millis;
 use locksmith_core::driver::WaitLoop;
-use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
+use locksmith_core::{
+    AcquireRequest, Acquired, ConflictKind, Error, KeepAlive, LockName, ModeConflict, Result, Session,
+};
 
 use crate::attempt::RedisAttempt;
 use crate::holds::{Entry, Holds};
@@ -94,25 +96,30 @@ impl RedisSession {
                 let fence = self.shared.layout.counter(entry.kind, key);
                 Error::Backend(format!("redis: fencing counter {fence:?} is unusable: {e}"))
             }
-            Attempt::InUse(what) if what == "semaphore" => Error::InvalidArgument(format!(
-                "redis: {:?} is a semaphore (Redisson RPermitExpirableSemaphore at key {key:?}; a name used as a \
-                 semaphore stays one), not a lock: ask for a permit of it",
-                entry.name.as_str()
-            )),
-            Attempt::InUse(_) => Error::InvalidArgument(format!(
-                "redis: {:?} is in use as a lock (key {key:?}), not a semaphore",
-                entry.name.as_str()
-            )),
+            // The Lua scripts decide atomically (their own copy of the mode rules); the
+            // refusal's words are the core's, as on every backend.
+            Attempt::InUse(what) if what == "semaphore" => {
+                let why = ConflictKind::SemaphoreAsLock { permits: None };
+                let seen =
+                    format!("Redisson RPermitExpirableSemaphore key {key:?}; a name used as a semaphore stays one");
+                ModeConflict::new(entry.name.as_str(), why).seen_at(seen).into()
+            }
+            Attempt::InUse(_) => {
+                let asked = match entry.kind {
+                    Kind::Permit(n) => n,
+                    _ => 0,
+                };
+                let why = ConflictKind::LockAsSemaphore { asked };
+                ModeConflict::new(entry.name.as_str(), why).seen_at(format!("key {key:?}")).into()
+            }
             Attempt::Permits(total) => {
                 let asked = match entry.kind {
-                    Kind::Permit(n) => n.to_string(),
-                    _ => "?".to_string(),
+                    Kind::Permit(n) => n,
+                    _ => 0,
                 };
-                Error::InvalidArgument(format!(
-                    "redis: semaphore {:?} has {total} permits (fixed by its first user, as Redisson's trySetPermits; \
-                     available + leased); asked for one of {asked}",
-                    entry.name.as_str()
-                ))
+                let why = ConflictKind::OtherPermits { permits: u32::try_from(total).ok(), asked };
+                let seen = format!("key {key:?}; fixed by its first user, as Redisson's trySetPermits");
+                ModeConflict::new(entry.name.as_str(), why).seen_at(seen).into()
             }
             Attempt::Granted(_) | Attempt::Busy(_) => {
                 Error::Internal("redis: a grant or busy answer taken for a refusal".into())

@@ -91,7 +91,7 @@ pub struct Limits {
     /// Holds plus queued acquires of one session: one client cannot fill the server's memory
     /// through a single session.
     pub max_entries_per_session: usize,
-    /// Live sessions of one client (its principal, or its address without authentication).
+    /// Live sessions of one client (its principal, or its connection without authentication).
     /// Checked by the service, which knows who a client is; the machine does not.
     pub max_sessions_per_client: usize,
 }

@@ -134,17 +134,27 @@ impl<H: Hold> Holding<H> {
         Ok(())
     }
 
-    /// The release as a future: stops the watcher first (its clone of the hold must go, and a
-    /// clean release is no loss), then unlocks. `None` when it was released already.
+    /// The release, started now on the runtime; the future only brings its answer. It runs to
+    /// its end even if that future is dropped, polled or not (a cancelled asyncio task, Ctrl-C):
+    /// like `Guard::unlock` in Rust, only the answer is lost. `None` when it was released already.
+    ///
+    /// The watcher is stopped here, not in the task: its clone of the hold must go for the hold
+    /// to be unwrapped and unlocked (and a clean release is no loss). A release future that was
+    /// dropped unpolled used to leave the watcher running — its clone kept the hold alive, held
+    /// on the backend for as long as the session lived (the stray holder of the asyncio test).
     fn release(&self, py: Python<'_>, what: &str) -> PyResult<Option<impl Future<Output = locksmith::Result<bool>>>> {
         let live = self.live.get(py, what)?;
+        let rt = runtime()?;
         let Some(hold) = locked(&live.hold).take() else { return Ok(None) };
         let watcher = locked(&live.watcher).take();
+        if let Some(w) = &watcher {
+            w.abort();
+        }
         locked(&self.callbacks).released = true;
         let flag = self.lost.get().flag.clone();
-        Ok(Some(async move {
+        let task = rt.spawn(async move {
             if let Some(w) = watcher {
-                w.abort();
+                // Its future (and clone of the hold) is dropped before this resolves.
                 let _ = w.await;
             }
             let result = match Arc::try_unwrap(hold) {
@@ -153,6 +163,9 @@ impl<H: Hold> Holding<H> {
             };
             flag.send_replace(true);
             result
+        });
+        Ok(Some(async move {
+            task.await.unwrap_or_else(|e| Err(locksmith::Error::Internal(format!("the release task failed: {e}"))))
         }))
     }
 

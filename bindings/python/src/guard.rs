@@ -115,7 +115,8 @@ impl Guard {
         self.holding.unlock(py, "Guard")
     }
 
-    /// `unlock()` for asyncio: an awaitable of the same answer.
+    /// `unlock()` for asyncio: an awaitable of the same answer. The release starts at the call
+    /// and runs to its end even if the awaiting task is cancelled (only the answer is lost).
     fn unlock_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.holding.unlock_async(py, "Guard")
     }
@@ -214,7 +215,7 @@ impl MultiGuard {
         self.holding.unlock(py, "MultiGuard")
     }
 
-    /// `unlock()` for asyncio.
+    /// `unlock()` for asyncio; a cancelled awaiting task loses only the answer.
     fn unlock_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.holding.unlock_async(py, "MultiGuard")
     }

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::fork::ProcessBound;
-use crate::runtime::{awaitable, block_on, runtime};
+use crate::runtime::{awaitable, awaitable_with, block_on, block_on_with, runtime, OnCancel};
 
 /// A hold of the crate: [`locksmith::Guard`] or [`locksmith::MultiGuard`].
 pub(crate) trait Hold: Send + Sync + 'static {
@@ -134,17 +134,17 @@ impl<H: Hold> Holding<H> {
         Ok(())
     }
 
-    /// The release, started now on the runtime; the future only brings its answer. It runs to
-    /// its end even if that future is dropped, polled or not (a cancelled asyncio task, Ctrl-C):
-    /// like `Guard::unlock` in Rust, only the answer is lost. `None` when it was released already.
+    /// The release as a future, to run with [`OnCancel::Finish`]: it runs to its end even if its
+    /// caller gives up (a cancelled asyncio task, Ctrl-C), like `Guard::unlock` in Rust — only
+    /// the answer is lost. `None` when it was released already.
     ///
-    /// The watcher is stopped here, not in the task: its clone of the hold must go for the hold
-    /// to be unwrapped and unlocked (and a clean release is no loss). A release future that was
-    /// dropped unpolled used to leave the watcher running — its clone kept the hold alive, held
-    /// on the backend for as long as the session lived (the stray holder of the asyncio test).
+    /// The watcher is stopped here, at the call, not when the future first runs: its clone of
+    /// the hold must go for the hold to be unwrapped and unlocked (and a clean release is no
+    /// loss). A release future dropped before it ran used to leave the watcher running, and its
+    /// clone kept the hold alive — held on the backend for as long as the session lived (the
+    /// stray holder of the asyncio test).
     fn release(&self, py: Python<'_>, what: &str) -> PyResult<Option<impl Future<Output = locksmith::Result<bool>>>> {
         let live = self.live.get(py, what)?;
-        let rt = runtime()?;
         let Some(hold) = locked(&live.hold).take() else { return Ok(None) };
         let watcher = locked(&live.watcher).take();
         if let Some(w) = &watcher {
@@ -152,7 +152,7 @@ impl<H: Hold> Holding<H> {
         }
         locked(&self.callbacks).released = true;
         let flag = self.lost.get().flag.clone();
-        let task = rt.spawn(async move {
+        Ok(Some(async move {
             if let Some(w) = watcher {
                 // Its future (and clone of the hold) is dropped before this resolves.
                 let _ = w.await;
@@ -163,34 +163,32 @@ impl<H: Hold> Holding<H> {
             };
             flag.send_replace(true);
             result
-        });
-        Ok(Some(async move {
-            task.await.unwrap_or_else(|e| Err(locksmith::Error::Internal(format!("the release task failed: {e}"))))
         }))
     }
 
     pub(crate) fn unlock(&self, py: Python<'_>, what: &str) -> PyResult<bool> {
         match self.release(py, what)? {
-            Some(release) => block_on(py, release),
+            Some(release) => block_on_with(py, release, OnCancel::Finish),
             None => Ok(false),
         }
     }
 
     pub(crate) fn unlock_async<'py>(&self, py: Python<'py>, what: &str) -> PyResult<Bound<'py, PyAny>> {
         let release = self.release(py, what)?;
-        awaitable(py, async move {
+        let release = async move {
             match release {
                 Some(r) => r.await,
                 None => Ok(false),
             }
-        })
+        };
+        awaitable_with(py, release, OnCancel::Finish)
     }
 
     /// Context-manager exit: release; a hold lost while the block ran raises `LockLost` (unless
     /// the block raised already, or released the hold itself).
     pub(crate) fn exit(&self, py: Python<'_>, what: &str, name: &str, raised: bool) -> PyResult<bool> {
         match self.release(py, what)? {
-            Some(release) => block_on(py, checked(release, name.to_string(), raised)),
+            Some(release) => block_on_with(py, checked(release, name.to_string(), raised), OnCancel::Finish),
             None => Ok(false),
         }
     }
@@ -205,12 +203,13 @@ impl<H: Hold> Holding<H> {
     ) -> PyResult<Bound<'py, PyAny>> {
         let release = self.release(py, what)?;
         let name = name.to_string();
-        awaitable(py, async move {
+        let release = async move {
             match release {
                 Some(r) => checked(r, name, raised).await,
                 None => Ok(false),
             }
-        })
+        };
+        awaitable_with(py, release, OnCancel::Finish)
     }
 }
 

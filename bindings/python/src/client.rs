@@ -6,6 +6,7 @@ use pyo3::prelude::*;
 use crate::errors::to_py;
 use crate::fork::ProcessBound;
 use crate::guard::{Guard, MultiGuard};
+use crate::hold::Watched;
 use crate::options::{seconds, Acquire};
 use crate::runtime::{awaitable, block_on, runtime};
 use crate::status::{free, leader_of, lock_status, Leader, LockStatus, Observer};
@@ -87,7 +88,7 @@ impl Client {
     ) -> PyResult<Guard> {
         let opts = acquire_kw!(timeout, shared, permits, owner, lock_delay, value, unfenced).options(py)?;
         let client = self.client(py)?;
-        let g = block_on(py, async move { client.lock_with(&name, opts).await })?;
+        let g = block_on(py, async move { client.lock_with(&name, opts).await.and_then(Watched::new) })?;
         Guard::new(py, g)
     }
 
@@ -108,7 +109,7 @@ impl Client {
     ) -> PyResult<Bound<'py, PyAny>> {
         let opts = acquire_kw!(timeout, shared, permits, owner, lock_delay, value, unfenced).options(py)?;
         let client = self.client(py)?;
-        awaitable(py, async move { client.lock_with(&name, opts).await.map(NewGuard) })
+        awaitable(py, async move { client.lock_with(&name, opts).await.and_then(Watched::new).map(NewGuard) })
     }
 
     /// Takes `name` if it is free right now: its `Guard`, or None when someone else holds it.
@@ -127,7 +128,9 @@ impl Client {
     ) -> PyResult<Option<Guard>> {
         let opts = acquire_kw!(None, shared, permits, owner, lock_delay, value, unfenced).options(py)?;
         let client = self.client(py)?;
-        block_on(py, async move { client.try_lock_with(&name, opts).await })?.map(|g| Guard::new(py, g)).transpose()
+        block_on(py, async move { client.try_lock_with(&name, opts).await?.map(Watched::new).transpose() })?
+            .map(|g| Guard::new(py, g))
+            .transpose()
     }
 
     /// `try_lock()` for asyncio.
@@ -146,7 +149,9 @@ impl Client {
     ) -> PyResult<Bound<'py, PyAny>> {
         let opts = acquire_kw!(None, shared, permits, owner, lock_delay, value, unfenced).options(py)?;
         let client = self.client(py)?;
-        awaitable(py, async move { client.try_lock_with(&name, opts).await.map(|g| g.map(NewGuard)) })
+        awaitable(py, async move {
+            Ok(client.try_lock_with(&name, opts).await?.map(Watched::new).transpose()?.map(NewGuard))
+        })
     }
 
     /// Takes every lock of `names` or none, in one canonical order (no deadlock between
@@ -165,7 +170,7 @@ impl Client {
         let client = self.client(py)?;
         let g = block_on(py, async move {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            client.lock_all(&names, opts).await
+            client.lock_all(&names, opts).await.and_then(Watched::new)
         })?;
         MultiGuard::new(py, g)
     }
@@ -185,7 +190,7 @@ impl Client {
         let client = self.client(py)?;
         awaitable(py, async move {
             let names: Vec<&str> = names.iter().map(String::as_str).collect();
-            client.lock_all(&names, opts).await.map(NewMultiGuard)
+            client.lock_all(&names, opts).await.and_then(Watched::new).map(NewMultiGuard)
         })
     }
 
@@ -196,7 +201,7 @@ impl Client {
     fn campaign(&self, py: Python<'_>, name: String, value: String, timeout: Option<f64>) -> PyResult<Guard> {
         let opts = acquire_kw!(timeout, false, None, None, None, None, false).options(py)?;
         let client = self.client(py)?;
-        let g = block_on(py, async move { client.campaign(&name, &value, opts).await })?;
+        let g = block_on(py, async move { client.campaign(&name, &value, opts).await.and_then(Watched::new) })?;
         Guard::new(py, g)
     }
 
@@ -211,7 +216,7 @@ impl Client {
     ) -> PyResult<Bound<'py, PyAny>> {
         let opts = acquire_kw!(timeout, false, None, None, None, None, false).options(py)?;
         let client = self.client(py)?;
-        awaitable(py, async move { client.campaign(&name, &value, opts).await.map(NewGuard) })
+        awaitable(py, async move { client.campaign(&name, &value, opts).await.and_then(Watched::new).map(NewGuard) })
     }
 
     /// Follows election `name`: an `Observer` of who leads now and every change of leader.
@@ -313,8 +318,8 @@ impl Client {
 }
 
 /// A guard made into its Python object when an asyncio future delivers it (under the GIL).
-struct NewGuard(locksmith::Guard);
-struct NewMultiGuard(locksmith::MultiGuard);
+struct NewGuard(Watched<locksmith::Guard>);
+struct NewMultiGuard(Watched<locksmith::MultiGuard>);
 struct NewStatus(String, Vec<locksmith::LockStatus>);
 
 impl<'py> IntoPyObject<'py> for NewGuard {

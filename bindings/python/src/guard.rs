@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 
-use crate::hold::{Holding, LostEvent};
+use crate::hold::{Holding, LostEvent, Watched};
 
 /// Proof of holding a lock, with its fencing token. Released by `unlock()`, at the end of a
 /// `with` block, or (in the background) when garbage-collected; the lease frees it if the
@@ -28,14 +28,15 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
-    pub(crate) fn new(py: Python<'_>, g: locksmith::Guard) -> PyResult<Self> {
+    pub(crate) fn new(py: Python<'_>, watched: Watched<locksmith::Guard>) -> PyResult<Self> {
+        let g = watched.hold();
         Ok(Self {
             name: g.name().to_string(),
             owner: g.owner().to_string(),
             token: g.token(),
             fenced: g.fencing_token().is_some(),
             session_id: g.session_id(),
-            holding: Holding::new(py, g)?,
+            holding: Holding::new(py, watched)?,
         })
     }
 }
@@ -115,7 +116,8 @@ impl Guard {
         self.holding.unlock(py, "Guard")
     }
 
-    /// `unlock()` for asyncio: an awaitable of the same answer.
+    /// `unlock()` for asyncio: an awaitable of the same answer. The release starts at the call
+    /// and runs to its end even if the awaiting task is cancelled (only the answer is lost).
     fn unlock_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.holding.unlock_async(py, "Guard")
     }
@@ -168,9 +170,9 @@ impl MultiGuard {
         self.tokens.keys().cloned().collect::<Vec<_>>().join(", ")
     }
 
-    pub(crate) fn new(py: Python<'_>, g: locksmith::MultiGuard) -> PyResult<Self> {
-        let tokens = g.tokens().into_iter().map(|(n, t)| (n.to_string(), t)).collect();
-        Ok(Self { tokens, holding: Holding::new(py, g)? })
+    pub(crate) fn new(py: Python<'_>, watched: Watched<locksmith::MultiGuard>) -> PyResult<Self> {
+        let tokens = watched.hold().tokens().into_iter().map(|(n, t)| (n.to_string(), t)).collect();
+        Ok(Self { tokens, holding: Holding::new(py, watched)? })
     }
 }
 
@@ -214,7 +216,7 @@ impl MultiGuard {
         self.holding.unlock(py, "MultiGuard")
     }
 
-    /// `unlock()` for asyncio.
+    /// `unlock()` for asyncio; a cancelled awaiting task loses only the answer.
     fn unlock_async<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.holding.unlock_async(py, "MultiGuard")
     }

@@ -10,7 +10,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::fork::ProcessBound;
-use crate::runtime::{awaitable, block_on, runtime};
+use crate::runtime::{awaitable, awaitable_with, block_on, block_on_with, OnCancel};
 
 /// A hold of the crate: [`locksmith::Guard`] or [`locksmith::MultiGuard`].
 pub(crate) trait Hold: Send + Sync + 'static {
@@ -75,17 +75,31 @@ pub(crate) struct Holding<H: Hold> {
     callbacks: Arc<Mutex<Callbacks>>,
 }
 
-impl<H: Hold> Holding<H> {
-    pub(crate) fn new(py: Python<'_>, hold: H) -> PyResult<Self> {
+/// A hold whose loss watcher runs already. Made on the runtime, in the task that acquired the
+/// hold: a task spawned there goes to that worker's own queue, while one spawned from the
+/// Python thread wakes a parked worker — a thread hand-off per acquisition that the binding's
+/// cycle paid (see docs/benchmarks.md). Dropped without becoming a [`Holding`] (an answer
+/// nobody received), it stops the watcher, so the hold is dropped and released.
+pub(crate) struct Watched<H: Hold> {
+    hold: Arc<H>,
+    flag: Arc<watch::Sender<bool>>,
+    callbacks: Arc<Mutex<Callbacks>>,
+    watcher: Option<JoinHandle<()>>,
+}
+
+impl<H: Hold> Watched<H> {
+    /// Starts the watcher on the current runtime (this module's: called in its tasks).
+    pub(crate) fn new(hold: H) -> locksmith::Result<Self> {
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|_| locksmith::Error::Internal("a hold was watched outside the runtime".into()))?;
         let hold = Arc::new(hold);
-        let (tx, _) = watch::channel(false);
-        let tx = Arc::new(tx);
+        let flag = Arc::new(watch::channel(false).0);
         let callbacks = Arc::new(Mutex::new(Callbacks::default()));
-        let (watched, flag, pending) = (hold.clone(), tx.clone(), callbacks.clone());
-        let watcher = runtime()?.spawn(async move {
+        let (watched, set, pending) = (hold.clone(), flag.clone(), callbacks.clone());
+        let watcher = rt.spawn(async move {
             watched.lost().await;
             drop(watched);
-            flag.send_replace(true);
+            set.send_replace(true);
             let waiting = {
                 let mut c = locked(&pending);
                 c.lost = true;
@@ -96,10 +110,33 @@ impl<H: Hold> Holding<H> {
                 std::thread::spawn(move || Python::attach(|py| waiting.iter().for_each(|cb| call(py, cb))));
             }
         });
+        Ok(Self { hold, flag, callbacks, watcher: Some(watcher) })
+    }
+
+    /// The hold, to read its name, token…
+    pub(crate) fn hold(&self) -> &H {
+        &self.hold
+    }
+}
+
+impl<H: Hold> Drop for Watched<H> {
+    fn drop(&mut self) {
+        if let Some(w) = self.watcher.take() {
+            w.abort();
+        }
+    }
+}
+
+impl<H: Hold> Holding<H> {
+    pub(crate) fn new(py: Python<'_>, mut watched: Watched<H>) -> PyResult<Self> {
+        let watcher = watched.watcher.take();
         Ok(Self {
-            live: ProcessBound::new(Live { hold: Mutex::new(Some(hold)), watcher: Mutex::new(Some(watcher)) }),
-            lost: Py::new(py, LostEvent { flag: tx, pid: std::process::id() })?,
-            callbacks,
+            live: ProcessBound::new(Live {
+                hold: Mutex::new(Some(watched.hold.clone())),
+                watcher: Mutex::new(watcher),
+            }),
+            lost: Py::new(py, LostEvent { flag: watched.flag.clone(), pid: std::process::id() })?,
+            callbacks: watched.callbacks.clone(),
         })
     }
 
@@ -134,8 +171,16 @@ impl<H: Hold> Holding<H> {
         Ok(())
     }
 
-    /// The release as a future: stops the watcher first (its clone of the hold must go, and a
-    /// clean release is no loss), then unlocks. `None` when it was released already.
+    /// The release as a future, to run with [`OnCancel::Finish`]: it runs to its end even if its
+    /// caller gives up (a cancelled asyncio task, Ctrl-C), like `Guard::unlock` in Rust — only
+    /// the answer is lost. `None` when it was released already.
+    ///
+    /// It must run (hence `Finish`, never an abort): it stops the watcher, whose clone of the
+    /// hold must go for the hold to be unwrapped and unlocked (and a clean release is no loss).
+    /// A release future aborted before it ran used to leave the watcher running, and its clone
+    /// kept the hold alive — held on the backend for as long as the session lived (the stray
+    /// holder of the asyncio test). Stopped here, on the runtime, the watcher's abort is no
+    /// hand-off to another thread.
     fn release(&self, py: Python<'_>, what: &str) -> PyResult<Option<impl Future<Output = locksmith::Result<bool>>>> {
         let live = self.live.get(py, what)?;
         let Some(hold) = locked(&live.hold).take() else { return Ok(None) };
@@ -145,6 +190,7 @@ impl<H: Hold> Holding<H> {
         Ok(Some(async move {
             if let Some(w) = watcher {
                 w.abort();
+                // Its future (and clone of the hold) is dropped before this resolves.
                 let _ = w.await;
             }
             let result = match Arc::try_unwrap(hold) {
@@ -158,26 +204,27 @@ impl<H: Hold> Holding<H> {
 
     pub(crate) fn unlock(&self, py: Python<'_>, what: &str) -> PyResult<bool> {
         match self.release(py, what)? {
-            Some(release) => block_on(py, release),
+            Some(release) => block_on_with(py, release, OnCancel::Finish),
             None => Ok(false),
         }
     }
 
     pub(crate) fn unlock_async<'py>(&self, py: Python<'py>, what: &str) -> PyResult<Bound<'py, PyAny>> {
         let release = self.release(py, what)?;
-        awaitable(py, async move {
+        let release = async move {
             match release {
                 Some(r) => r.await,
                 None => Ok(false),
             }
-        })
+        };
+        awaitable_with(py, release, OnCancel::Finish)
     }
 
     /// Context-manager exit: release; a hold lost while the block ran raises `LockLost` (unless
     /// the block raised already, or released the hold itself).
     pub(crate) fn exit(&self, py: Python<'_>, what: &str, name: &str, raised: bool) -> PyResult<bool> {
         match self.release(py, what)? {
-            Some(release) => block_on(py, checked(release, name.to_string(), raised)),
+            Some(release) => block_on_with(py, checked(release, name.to_string(), raised), OnCancel::Finish),
             None => Ok(false),
         }
     }
@@ -192,12 +239,13 @@ impl<H: Hold> Holding<H> {
     ) -> PyResult<Bound<'py, PyAny>> {
         let release = self.release(py, what)?;
         let name = name.to_string();
-        awaitable(py, async move {
+        let release = async move {
             match release {
                 Some(r) => checked(r, name, raised).await,
                 None => Ok(false),
             }
-        })
+        };
+        awaitable_with(py, release, OnCancel::Finish)
     }
 }
 

@@ -30,7 +30,13 @@ pub(crate) fn runtime() -> PyResult<&'static Runtime> {
             return Ok(rt);
         }
     }
+    // One worker: the Rust work of a Python process is I/O (requests, renewals), and every
+    // blocking call already crosses from the Python thread to a worker and back; a second
+    // worker only added wake-ups between the two (11.2 -> 6.7 context switches and 176 -> 127
+    // µs p50 per Redis lock/unlock cycle, docs/benchmarks.md). Multi-thread all the same, so
+    // that the worker runs while no Python thread waits (renewals, loss watchers).
     let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
         .enable_all()
         .thread_name("locksmith")
         .build()
@@ -40,12 +46,31 @@ pub(crate) fn runtime() -> PyResult<&'static Runtime> {
     Ok(rt)
 }
 
+/// What the caller's giving up (Ctrl-C, a cancelled asyncio task) does to the Rust future.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OnCancel {
+    /// Drop it, as a Rust caller dropping it would: a waiting acquisition leaves no waiter.
+    Drop,
+    /// Let it run to its end and lose only its answer: a release, which must not stop half-way.
+    Finish,
+}
+
 /// Runs `fut` on the runtime and waits for it with the GIL released. Between slices of
 /// [`SLICE`] it checks for signals: on Ctrl-C (or any handler that raises) the future is
 /// dropped — a waiting acquisition leaves no waiter — before the exception propagates.
 pub(crate) fn block_on<T: Send + 'static>(
     py: Python<'_>,
     fut: impl Future<Output = locksmith::Result<T>> + Send + 'static,
+) -> PyResult<T> {
+    block_on_with(py, fut, OnCancel::Drop)
+}
+
+/// [`block_on`], with what Ctrl-C does to the future: with [`OnCancel::Finish`] it runs on and
+/// the exception propagates at once.
+pub(crate) fn block_on_with<T: Send + 'static>(
+    py: Python<'_>,
+    fut: impl Future<Output = locksmith::Result<T>> + Send + 'static,
+    on_cancel: OnCancel,
 ) -> PyResult<T> {
     let rt = runtime()?;
     let (tx, rx) = sync_channel(1);
@@ -64,6 +89,9 @@ pub(crate) fn block_on<T: Send + 'static>(
             Ok(out) => return out.map_err(|e| to_py(py, e)),
             Err(RecvTimeoutError::Timeout) => {
                 if let Err(interrupted) = py.check_signals() {
+                    if on_cancel == OnCancel::Finish {
+                        return Err(interrupted);
+                    }
                     task.abort();
                     // The sender goes when the future is dropped: wait for that, so the
                     // cancellation is done when the caller sees the exception. A result that
@@ -93,6 +121,19 @@ pub(crate) fn awaitable<'py, T>(
 where
     T: for<'a> IntoPyObject<'a> + Send + 'static,
 {
+    awaitable_with(py, fut, OnCancel::Drop)
+}
+
+/// [`awaitable`], with what cancelling the asyncio future does to the Rust one: with
+/// [`OnCancel::Finish`] it runs to its end and its answer is dropped.
+pub(crate) fn awaitable_with<'py, T>(
+    py: Python<'py>,
+    fut: impl Future<Output = locksmith::Result<T>> + Send + 'static,
+    on_cancel: OnCancel,
+) -> PyResult<Bound<'py, PyAny>>
+where
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
     let event_loop = py.import("asyncio")?.call_method0("get_running_loop")?;
     let future = event_loop.call_method0("create_future")?;
     let (target, loop_ref) = (future.clone().unbind(), event_loop.unbind());
@@ -116,7 +157,9 @@ where
         };
         let _ = tokio::task::spawn_blocking(deliver).await;
     });
-    future.call_method1("add_done_callback", (AbortOnCancel { task: task.abort_handle() },))?;
+    if on_cancel == OnCancel::Drop {
+        future.call_method1("add_done_callback", (AbortOnCancel { task: task.abort_handle() },))?;
+    }
     Ok(future)
 }
 

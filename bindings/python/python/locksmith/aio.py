@@ -3,6 +3,8 @@
 Runs on any running event loop (the Rust work happens on the module's own runtime threads).
 Cancelling a task that awaits an acquisition drops the Rust future, exactly as in Rust: the
 backend is left with no waiter, and a lock granted just as the task was cancelled is released.
+Cancelling a task in ``await guard.unlock_async()`` (or while it leaves ``async with``) loses
+only the answer: the release starts at the call and runs to its end, as ``Guard::unlock`` does.
 
 >>> import asyncio, locksmith.aio
 >>> async def main():

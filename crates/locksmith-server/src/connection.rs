@@ -14,9 +14,10 @@ use locksmith_proto::ClientMessage;
 use tokio::sync::oneshot;
 
 use crate::auth::Principal;
+use crate::outbox::Outbox;
 use crate::outbox::{OutboxWatch, StreamEnd};
 use crate::pb_impl::{self, Invalid, Reply, Request};
-use crate::service::{Command, Outbox, Service};
+use crate::service::{Command, Service};
 use crate::telemetry::{self, Limit};
 
 /// Serves one session stream until it ends. `out` is usually an unbounded sender (`memory://`)

@@ -15,7 +15,7 @@ use locksmith_raft::{Leadership, RaftNode};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::Principal;
-pub(crate) use crate::outbox::Outbox;
+use crate::outbox::Outbox;
 
 use crate::cluster::ReplicaMachine;
 use crate::error::ServerError;

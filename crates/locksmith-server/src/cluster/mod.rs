@@ -21,11 +21,15 @@
 
 pub(crate) mod admin;
 pub(crate) mod committer;
+mod leader;
 mod replica;
+mod start;
 mod takeover;
 
+pub(crate) use leader::{Change, Role};
 pub(crate) use replica::encode;
 pub use replica::ReplicaMachine;
+pub(crate) use start::{peer_ca, start_raft};
 pub use takeover::takeover;
 
 use std::collections::BTreeMap;
@@ -84,6 +88,14 @@ pub fn check_addr(addr: &str) -> Result<(), String> {
         Ok(p) if p != 0 && host_ok => Ok(()),
         _ => Err(bad()),
     }
+}
+
+/// The refusal of a node that does not lead, naming the leader when known.
+pub(crate) fn not_leader(leader: Option<String>) -> crate::machine::Refusal {
+    crate::machine::Refusal::NotLeader(leader.map_or_else(
+        || "this node does not lead the cluster (no leader is known yet)".to_string(),
+        |l| format!("this node does not lead the cluster; the leader is at {l}"),
+    ))
 }
 
 impl ClusterOptions {

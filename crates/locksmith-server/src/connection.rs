@@ -42,6 +42,8 @@ where
 pub(crate) enum InboundError {
     /// The client sent something that is not a message of the protocol: too large, not
     /// protobuf, a string that is not UTF-8. The stream is ended with this reason.
+    // Only the gRPC transport (`cluster` feature) meets undecodable input.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Invalid(String),
     /// The transport broke (the client went away, the connection was reset).
     Broken(String),

@@ -31,20 +31,26 @@
 //! resuming clients learn that their sessions are gone.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+#[cfg(feature = "cluster")]
 mod accept;
 pub mod auth;
+#[cfg(feature = "cluster")]
 mod budget;
 mod clients;
 pub mod cluster;
 mod connection;
 mod error;
+#[cfg(feature = "cluster")]
 pub mod grpc;
 pub mod machine;
+#[cfg(feature = "cluster")]
 mod net_limits;
+#[cfg(feature = "cluster")]
 mod options;
 mod outbox;
 pub mod pb_impl;
 mod secret;
+#[cfg(feature = "cluster")]
 mod serve;
 mod service;
 mod sink;
@@ -56,12 +62,16 @@ pub use connection::serve_stream;
 pub use error::ServerError;
 /// The cluster secret and node proofs (from `locksmith-proto`).
 pub use locksmith_proto::node_proof;
+#[cfg(feature = "cluster")]
 /// `tracing` filter directives that keep openraft's routine noise out of a node's log (see
 /// [`locksmith_raft::QUIET_OPENRAFT`]): add them to the default filter of `locksmith serve`.
 pub use locksmith_raft::QUIET_OPENRAFT;
 pub use machine::Durability;
+#[cfg(feature = "cluster")]
 pub use net_limits::NetLimits;
+#[cfg(feature = "cluster")]
 pub use options::{ServeOptions, ServerTls};
 pub use outbox::{Outbox, OutboxStream, StreamEnd};
+#[cfg(feature = "cluster")]
 pub use serve::serve;
 pub use service::{Service, Serving};

@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use locksmith_proto::ServerMessage;
-use locksmith_raft::RaftNode;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::Principal;
 use crate::outbox::Outbox;
 
-use crate::cluster::{Change, ReplicaMachine, Role};
+use crate::cluster::Role;
+#[cfg(feature = "cluster")]
+use crate::cluster::{Change, ReplicaMachine};
 use crate::error::ServerError;
 use crate::machine::{
     Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
@@ -122,8 +123,9 @@ impl Service {
     /// Starts the service of a cluster node over its Raft `node`: it serves clients while this
     /// node leads (see `crate::cluster`), and tells them where the leader is otherwise (the
     /// address the membership records for it).
+    #[cfg(feature = "cluster")]
     pub fn start_cluster(
-        node: Arc<RaftNode<ReplicaMachine>>,
+        node: Arc<locksmith_raft::RaftNode<ReplicaMachine>>,
         limits: Limits,
     ) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
         let (role, sink) = Role::start(node);
@@ -357,7 +359,12 @@ impl Actor {
         self.sink.finish()
     }
 
+    /// Without the `cluster` feature there is no leadership to follow.
+    #[cfg(not(feature = "cluster"))]
+    async fn follow_leadership(&mut self) {}
+
     /// Starts or stops serving as this node's leadership says (see `crate::cluster`).
+    #[cfg(feature = "cluster")]
     async fn follow_leadership(&mut self) {
         let Some(role) = self.cluster.as_mut() else { return };
         match role.follow(self.machine.limits(), now).await {
@@ -378,6 +385,7 @@ impl Actor {
 
     /// Forgets everything a leader knew beyond the committed state: its streams end (their
     /// clients resume on the new leader), its machine is dropped.
+    #[cfg(feature = "cluster")]
     fn step_down(&mut self) {
         let limits = self.machine.limits().clone();
         self.machine = Machine::new(limits.clone(), 0);

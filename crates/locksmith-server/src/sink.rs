@@ -49,6 +49,7 @@ pub(crate) enum Sink {
         in_flight: Arc<AtomicUsize>,
     },
     /// A cluster's leader: through the Raft log (see `crate::cluster::committer`).
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Cluster(mpsc::UnboundedSender<Batch>),
 }
 

@@ -68,6 +68,7 @@ impl Auth {
 
     /// Reloads if the file's content changed since the last load (an edit that keeps the
     /// modification time included).
+    #[cfg(feature = "cluster")]
     pub(crate) fn reload_if_changed(&self) {
         let seen = self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner).1;
         let Ok(bytes) = std::fs::read(&self.path) else { return };

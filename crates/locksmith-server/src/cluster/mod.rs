@@ -19,18 +19,42 @@
 //! removes nodes (`locksmith cluster status|add|remove`) through the `locksmith.v1.Cluster`
 //! service on the server's own port.
 
+#[cfg(feature = "cluster")]
 pub(crate) mod admin;
+#[cfg(feature = "cluster")]
 pub(crate) mod committer;
+#[cfg(feature = "cluster")]
 mod leader;
+#[cfg(feature = "cluster")]
 mod replica;
+#[cfg(feature = "cluster")]
 mod start;
 mod takeover;
 
+#[cfg(feature = "cluster")]
 pub(crate) use leader::{Change, Role};
+#[cfg(feature = "cluster")]
 pub(crate) use replica::encode;
+#[cfg(feature = "cluster")]
 pub use replica::ReplicaMachine;
+#[cfg(feature = "cluster")]
 pub(crate) use start::{peer_ca, start_raft};
 pub use takeover::takeover;
+
+/// Without the `cluster` feature no service is a cluster node's: a role that cannot exist.
+#[cfg(not(feature = "cluster"))]
+pub(crate) enum Role {}
+
+#[cfg(not(feature = "cluster"))]
+impl Role {
+    pub(crate) fn serving(&self) -> bool {
+        match *self {}
+    }
+
+    pub(crate) async fn changed(&mut self) {
+        match *self {}
+    }
+}
 
 use std::collections::BTreeMap;
 

@@ -13,6 +13,12 @@
 //!   a [`ServerError`]; `accept` keeps its connections within [`NetLimits`];
 //! - [`telemetry`]: the server's metrics (names and the calls that record them).
 //!
+//! The network server (`serve`, `grpc`, `accept`, `ServeOptions`, `NetLimits`) and the Raft
+//! cluster (`cluster`: `ReplicaMachine`, `Service::start_cluster`) are the `cluster` feature
+//! (default; the CLI's `locksmith serve`). Without it the crate is the lock service in this
+//! process, as `memory://` runs it ([`Service::start_in_memory`], [`serve_stream`]), and links
+//! no openraft.
+//!
 //! Durability and restarts come in two modes ([`Durability`], `locksmith serve --durability`).
 //!
 //! `grants` (the default): a grant is on disk before its holder hears of it, so fencing tokens

@@ -13,8 +13,9 @@
 //!   a [`ServerError`]; `accept` keeps its connections within [`NetLimits`];
 //! - [`telemetry`]: the server's metrics (names and the calls that record them).
 //!
-//! The network server (`serve`, `grpc`, `accept`, `ServeOptions`, `NetLimits`) and the Raft
-//! cluster (`cluster`: `ReplicaMachine`, `Service::start_cluster`) are the `cluster` feature
+//! The network server (`serve`, `grpc`, `accept`, `ServeOptions`, `NetLimits`, the auth policy
+//! file `auth::Auth`) and the Raft cluster (`cluster`: `ReplicaMachine`,
+//! `Service::start_cluster`) are the `cluster` feature
 //! (default; the CLI's `locksmith serve`). Without it the crate is the lock service in this
 //! process, as `memory://` runs it ([`Service::start_in_memory`], [`serve_stream`]), and links
 //! no openraft.

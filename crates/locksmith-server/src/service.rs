@@ -369,7 +369,7 @@ impl Actor {
         let Some(role) = self.cluster.as_mut() else { return };
         match role.follow(self.machine.limits(), now).await {
             Change::Lead(machine) => {
-                self.machine = machine;
+                self.machine = *machine;
                 self.serving.send_replace(Serving { serving: true, leader: None });
             }
             Change::StepDown(leader) => {

@@ -30,7 +30,7 @@ pub(crate) struct Role {
 /// What the service does after a change of the leadership.
 pub(crate) enum Change {
     /// Serve clients with this machine: the committed state, its new epoch committed.
-    Lead(Machine),
+    Lead(Box<Machine>),
     /// Stop serving: forget everything beyond the committed state (streams end, their clients
     /// resume on the leader, which is here when known).
     StepDown(Option<String>),
@@ -92,7 +92,7 @@ impl Role {
             }
             tracing::info!(term = l.term, epoch = machine.epoch(), "leading: serving clients");
             self.serving = true;
-            Change::Lead(machine)
+            Change::Lead(Box::new(machine))
         } else if !l.is_leader && self.serving {
             self.serving = false;
             tracing::info!(term = l.term, leader = ?leader, "no longer leading: streams end, clients go to the leader");

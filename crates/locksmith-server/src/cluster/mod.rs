@@ -13,11 +13,14 @@
 //! expire (Chubby's grace period: a client that renewed in time never loses its lock to a
 //! fail-over), queued waiters re-sent by the clients as they resume, tokens above the floor
 //! ([`takeover`], a pure function). A node that stops leading ends its streams; its clients
-//! resume their sessions on the new leader.
+//! resume their sessions on the new leader. `leader` decides both for the service (which keeps
+//! a thin call); `start` starts the Raft node for `serve`.
 //!
 //! Membership (`admin`): any node shows its view of the cluster, and the leader adds and
 //! removes nodes (`locksmith cluster status|add|remove`) through the `locksmith.v1.Cluster`
 //! service on the server's own port.
+//!
+//! All but [`ClusterOptions`], [`check_addr`] and [`takeover`] (pure) are the `cluster` feature.
 
 #[cfg(feature = "cluster")]
 pub(crate) mod admin;

@@ -14,9 +14,10 @@ use locksmith_proto::ClientMessage;
 use tokio::sync::oneshot;
 
 use crate::auth::Principal;
+use crate::outbox::Outbox;
 use crate::outbox::{OutboxWatch, StreamEnd};
 use crate::pb_impl::{self, Invalid, Reply, Request};
-use crate::service::{Command, Outbox, Service};
+use crate::service::{Command, Service};
 use crate::telemetry::{self, Limit};
 
 /// Serves one session stream until it ends. `out` is usually an unbounded sender (`memory://`)
@@ -41,6 +42,8 @@ where
 pub(crate) enum InboundError {
     /// The client sent something that is not a message of the protocol: too large, not
     /// protobuf, a string that is not UTF-8. The stream is ended with this reason.
+    // Only the gRPC transport (`cluster` feature) meets undecodable input.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Invalid(String),
     /// The transport broke (the client went away, the connection was reset).
     Broken(String),
@@ -58,11 +61,42 @@ pub(crate) struct Caller {
 }
 
 /// A stream's credential, checked again on every reload of the policy.
+#[cfg(feature = "cluster")]
 #[derive(Debug, Clone)]
 pub(crate) struct Recheck {
     pub(crate) auth: crate::auth::Auth,
     pub(crate) bearer: Option<String>,
     pub(crate) certificate: Option<Vec<u8>>,
+}
+
+#[cfg(feature = "cluster")]
+impl Recheck {
+    /// A watch that changes on every reload of the policy.
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.auth.changes()
+    }
+
+    /// The principal the credential stands for under the policy in force (`None`: revoked).
+    fn again(&self) -> Option<Principal> {
+        self.auth.authenticate(self.bearer.as_deref(), self.certificate.as_deref())
+    }
+}
+
+/// Without the `cluster` feature nothing authenticates a stream, so there is nothing to check
+/// again: a credential that cannot exist.
+#[cfg(not(feature = "cluster"))]
+#[derive(Debug, Clone)]
+pub(crate) enum Recheck {}
+
+#[cfg(not(feature = "cluster"))]
+impl Recheck {
+    fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        match *self {}
+    }
+
+    fn again(&self) -> Option<Principal> {
+        match *self {}
+    }
 }
 
 /// Resolves when the policy was reloaded; never without a policy.
@@ -127,7 +161,7 @@ pub(crate) async fn serve_stream_as<S>(
         return watch.end_with(StreamEnd::Stopped);
     }
     let Ok(Some(session)) = opened.await else { return };
-    let mut changes = caller.recheck.as_ref().map(|r| r.auth.changes());
+    let mut changes = caller.recheck.as_ref().map(Recheck::changes);
     loop {
         let next = tokio::select! {
             biased;
@@ -138,7 +172,7 @@ pub(crate) async fn serve_stream_as<S>(
             }
             () = reloaded(&mut changes) => {
                 let Some(r) = &caller.recheck else { continue };
-                let now = r.auth.authenticate(r.bearer.as_deref(), r.certificate.as_deref());
+                let now = r.again();
                 let was = caller.principal.as_ref().map(|p| p.name.as_str());
                 if now.is_some() && now.as_ref().map(|p| p.name.as_str()) == was {
                     // Still known: its rights as the reloaded policy says.

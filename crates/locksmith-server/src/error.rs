@@ -70,6 +70,7 @@ pub enum ServerError {
         storage: bool,
     },
     /// The gRPC transport failed.
+    #[cfg(feature = "cluster")]
     #[error("i/o error: {0}")]
     Transport(#[from] tonic::transport::Error),
     /// I/O on the data directory.
@@ -103,6 +104,7 @@ impl From<ServerError> for locksmith_core::Error {
             }
             ServerError::Failed(m) => other(m),
             e @ ServerError::RaftStopped { .. } => other(e.to_string()),
+            #[cfg(feature = "cluster")]
             ServerError::Transport(e) => Error::Io(std::io::Error::other(e)),
             ServerError::Io(e) => Error::Io(e),
             ServerError::Config(message) => Error::Config { backend: "locksmith server".into(), message },

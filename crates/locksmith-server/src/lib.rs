@@ -13,6 +13,13 @@
 //!   a [`ServerError`]; `accept` keeps its connections within [`NetLimits`];
 //! - [`telemetry`]: the server's metrics (names and the calls that record them).
 //!
+//! The network server (`serve`, `grpc`, `accept`, `ServeOptions`, `NetLimits`, the auth policy
+//! file `auth::Auth`) and the Raft cluster (`cluster`: `ReplicaMachine`,
+//! `Service::start_cluster`) are the `cluster` feature
+//! (default; the CLI's `locksmith serve`). Without it the crate is the lock service in this
+//! process, as `memory://` runs it ([`Service::start_in_memory`], [`serve_stream`]), and links
+//! no openraft.
+//!
 //! Durability and restarts come in two modes ([`Durability`], `locksmith serve --durability`).
 //!
 //! `grants` (the default): a grant is on disk before its holder hears of it, so fencing tokens
@@ -31,19 +38,26 @@
 //! resuming clients learn that their sessions are gone.
 #![warn(missing_docs, missing_debug_implementations, unreachable_pub, rust_2018_idioms)]
 
+#[cfg(feature = "cluster")]
 mod accept;
 pub mod auth;
+#[cfg(feature = "cluster")]
 mod budget;
 mod clients;
 pub mod cluster;
 mod connection;
 mod error;
+#[cfg(feature = "cluster")]
 pub mod grpc;
 pub mod machine;
+#[cfg(feature = "cluster")]
 mod net_limits;
+#[cfg(feature = "cluster")]
+mod options;
 mod outbox;
 pub mod pb_impl;
 mod secret;
+#[cfg(feature = "cluster")]
 mod serve;
 mod service;
 mod sink;
@@ -55,11 +69,16 @@ pub use connection::serve_stream;
 pub use error::ServerError;
 /// The cluster secret and node proofs (from `locksmith-proto`).
 pub use locksmith_proto::node_proof;
+#[cfg(feature = "cluster")]
 /// `tracing` filter directives that keep openraft's routine noise out of a node's log (see
 /// [`locksmith_raft::QUIET_OPENRAFT`]): add them to the default filter of `locksmith serve`.
 pub use locksmith_raft::QUIET_OPENRAFT;
 pub use machine::Durability;
+#[cfg(feature = "cluster")]
 pub use net_limits::NetLimits;
+#[cfg(feature = "cluster")]
+pub use options::{ServeOptions, ServerTls};
 pub use outbox::{Outbox, OutboxStream, StreamEnd};
-pub use serve::{serve, ServeOptions, ServerTls};
+#[cfg(feature = "cluster")]
+pub use serve::serve;
 pub use service::{Service, Serving};

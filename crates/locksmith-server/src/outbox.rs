@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, Notify};
 
 /// Messages queued for one stream before the server ends it: the default of
 /// [`NetLimits::max_queued_messages`](crate::NetLimits::max_queued_messages).
+#[cfg(feature = "cluster")]
 pub(crate) const DEFAULT_CAPACITY: usize = 1024;
 
 /// The sending side of a session stream; cheap to clone.

@@ -1,7 +1,6 @@
 //! The server main loop.
 
 use std::future::Future;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use locksmith_proto::locksmith_server::LocksmithServer;
@@ -11,152 +10,12 @@ use tonic_health::ServingStatus;
 
 use crate::error::ServerError;
 use crate::grpc::Grpc;
-use crate::machine::{Durability, Limits};
-use crate::net_limits::NetLimits;
+use crate::options::ServeOptions;
 use crate::service::Service;
 
 /// How long open session streams get to finish after a stop was asked for. Clients resume their
 /// sessions on the next server, so there is no reason to wait for them.
 const DRAIN: Duration = Duration::from_millis(500);
-
-/// What `locksmith serve` needs.
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub struct ServeOptions {
-    /// The data directory (created if missing).
-    pub data_dir: PathBuf,
-    /// Server limits.
-    pub limits: Limits,
-    /// What is synced before a grant is acknowledged (see [`Durability`]).
-    pub durability: Durability,
-    /// TLS for client connections; `None`: plain HTTP/2.
-    pub tls: Option<ServerTls>,
-    /// Who may do what; `None`: every client may do everything.
-    pub auth: Option<crate::auth::Auth>,
-    /// Bounds on connections and streams.
-    pub net: NetLimits,
-    /// This node's part in a cluster; `None`: a single node.
-    pub cluster: Option<crate::cluster::ClusterOptions>,
-}
-
-/// The server's TLS material, PEM: its certificate chain and key, and optionally the CA whose
-/// client certificates it demands (mutual TLS: a client without one is refused in the
-/// handshake). `Debug` shows no key.
-#[derive(Clone)]
-#[non_exhaustive]
-pub struct ServerTls {
-    /// Certificate chain, PEM.
-    pub cert: Vec<u8>,
-    /// Private key, PEM. A secret.
-    pub key: Vec<u8>,
-    /// Authorities whose client certificates are accepted, PEM; `Some` makes one required.
-    pub client_ca: Option<Vec<u8>>,
-    /// The authority of node certificates (a cluster's `--peer-ca`), PEM: peers present one
-    /// that names their node id, and `cert` must be this node's own. Its certificates are also
-    /// accepted in the handshake (optional for clients when there is no `client_ca`), but only
-    /// the Raft and membership services take them as a node's.
-    pub peer_ca: Option<Vec<u8>>,
-}
-
-impl ServerTls {
-    /// TLS with `cert` and `key` (PEM); no client certificates asked for.
-    pub fn new(cert: Vec<u8>, key: Vec<u8>) -> Self {
-        Self { cert, key, client_ca: None, peer_ca: None }
-    }
-
-    /// Require a client certificate signed by one of `ca` (PEM).
-    #[must_use]
-    pub fn client_ca(mut self, ca: Vec<u8>) -> Self {
-        self.client_ca = Some(ca);
-        self
-    }
-
-    /// Node certificates signed by `ca` (PEM): see [`ServerTls::peer_ca`](Self#structfield.peer_ca).
-    #[must_use]
-    pub fn peer_ca(mut self, ca: Vec<u8>) -> Self {
-        self.peer_ca = Some(ca);
-        self
-    }
-
-    fn config(&self) -> tonic::transport::ServerTlsConfig {
-        use tonic::transport::{Certificate, Identity, ServerTlsConfig};
-        let config = ServerTlsConfig::new().identity(Identity::from_pem(&self.cert, &self.key));
-        match (&self.client_ca, &self.peer_ca) {
-            (Some(ca), None) => config.client_ca_root(Certificate::from_pem(ca)),
-            // One handshake for clients and nodes: either authority's certificate passes it; the
-            // Raft gate then checks a node's against the peer CA alone.
-            (Some(ca), Some(peer)) => config.client_ca_root(Certificate::from_pem([&ca[..], b"\n", peer].concat())),
-            (None, Some(peer)) => config.client_ca_root(Certificate::from_pem(peer)).client_auth_optional(true),
-            (None, None) => config,
-        }
-    }
-}
-
-impl std::fmt::Debug for ServerTls {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ServerTls")
-            .field("client_ca", &self.client_ca.is_some())
-            .field("peer_ca", &self.peer_ca.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl ServeOptions {
-    /// Options for `data_dir` with default limits.
-    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        Self {
-            data_dir: data_dir.into(),
-            limits: Limits::default(),
-            durability: Durability::default(),
-            tls: None,
-            auth: None,
-            net: NetLimits::default(),
-            cluster: None,
-        }
-    }
-
-    /// The same options for node `cluster.node_id` of a cluster.
-    pub fn cluster(mut self, cluster: crate::cluster::ClusterOptions) -> Self {
-        self.cluster = Some(cluster);
-        self
-    }
-
-    /// The same options with other connection and stream bounds.
-    pub fn net_limits(mut self, net: NetLimits) -> Self {
-        self.net = net;
-        self
-    }
-
-    /// The same options with other lock-service limits.
-    pub fn limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
-        self
-    }
-
-    /// The same options with every call authenticated and authorized by `auth`.
-    pub fn auth(mut self, auth: crate::auth::Auth) -> Self {
-        self.auth = Some(auth);
-        self
-    }
-
-    /// The same options serving TLS with `tls`.
-    pub fn tls(mut self, tls: ServerTls) -> Self {
-        self.tls = Some(tls);
-        self
-    }
-
-    /// The same options with another [`Durability`].
-    ///
-    /// ```
-    /// use locksmith_server::{Durability, ServeOptions};
-    /// let opts = ServeOptions::new("./data").durability(Durability::Leases);
-    /// assert_eq!(opts.durability, Durability::Leases);
-    /// ```
-    pub fn durability(mut self, durability: Durability) -> Self {
-        self.durability = durability;
-        self
-    }
-}
 
 /// HTTP/2 flow-control window of one stream: a client cannot have more than this in flight on
 /// a stream that the server has not read (the lock service's messages are at most 64 KiB).
@@ -207,11 +66,11 @@ pub async fn serve(
         })?;
     }
     let mut raft = None;
-    let peer_ca = peer_ca(&opts)?;
+    let peer_ca = crate::cluster::peer_ca(&opts)?;
     let (service, mut task) = match &opts.cluster {
         None => Service::start_durable(&opts.data_dir, opts.limits, opts.durability)?,
         Some(cluster) => {
-            let node = start_raft(&opts, cluster, peer_ca.clone()).await?;
+            let node = crate::cluster::start_raft(&opts, cluster, peer_ca.clone()).await?;
             let (service, task) = Service::start_cluster(node.clone(), opts.limits.clone());
             raft = Some(node);
             (service, task)
@@ -322,123 +181,6 @@ pub async fn serve(
         .map_err(|_| ServerError::Failed("lock service did not stop in 10 s".into()))?;
     task_result(finished)?;
     served
-}
-
-/// The peer CA of `opts`, checked: usable, and this node's own certificate a node certificate
-/// it signed naming this node (else peers would refuse every call of this node).
-fn peer_ca(opts: &ServeOptions) -> Result<Option<locksmith_raft::PeerCa>, ServerError> {
-    let Some(tls) = &opts.tls else { return Ok(None) };
-    let Some(pem) = &tls.peer_ca else { return Ok(None) };
-    let ca = locksmith_raft::PeerCa::from_pem(pem).map_err(|e| ServerError::Config(format!("--peer-ca: {e}")))?;
-    let Some(cluster) = &opts.cluster else {
-        return Err(ServerError::Config("--peer-ca is for the nodes of a cluster (with --node-id)".into()));
-    };
-    match ca.node_id_pem(&tls.cert) {
-        Ok(id) if id == cluster.node_id => Ok(Some(ca)),
-        Ok(id) => Err(ServerError::Config(format!(
-            "--tls-cert is the node certificate of node {id}, this is node {} (with --peer-ca, --tls-cert must be \
-             this node's certificate: SAN URI locksmith-node://CLUSTER/{})",
-            cluster.node_id, cluster.node_id
-        ))),
-        Err(e) => Err(ServerError::Config(format!(
-            "with --peer-ca, --tls-cert must be this node's certificate, signed by the peer CA, for server and client \
-             use, with the SAN URI locksmith-node://CLUSTER/{}: {e}",
-            cluster.node_id
-        ))),
-    }
-}
-
-/// Starts this node's Raft node in `<data-dir>/raft`; over TLS to its peers when the server
-/// serves TLS (its own certificate as the client certificate; the peers' authority is its
-/// `--peer-ca`, or without one its `--client-ca`: every node's certificate must be signed by it).
-async fn start_raft(
-    opts: &ServeOptions,
-    cluster: &crate::cluster::ClusterOptions,
-    peer_ca: Option<locksmith_raft::PeerCa>,
-) -> Result<std::sync::Arc<locksmith_raft::RaftNode<crate::cluster::ReplicaMachine>>, ServerError> {
-    if opts.durability != Durability::Grants {
-        return Err(ServerError::Config(
-            "a cluster replicates every grant: --durability leases is for a single node".into(),
-        ));
-    }
-    let mut config = locksmith_raft::NodeConfig::default();
-    if let Some(tls) = &opts.tls {
-        let ca = match (&tls.peer_ca, &tls.client_ca) {
-            // While upgrading to node certificates, the peers not yet restarted still serve the
-            // certificates the clients' CA signed.
-            (Some(peer), Some(client)) if cluster.accept_unauthenticated_peers => {
-                [&peer[..], b"\n", &client[..]].concat()
-            }
-            (Some(ca), _) | (None, Some(ca)) => ca.clone(),
-            (None, None) => {
-                return Err(ServerError::Config(
-                    "a cluster over TLS needs --peer-ca (the authority of the node certificates; each node's \
-                     --tls-cert its node certificate) or at least --client-ca and --cluster-secret-file"
-                        .into(),
-                ))
-            }
-        };
-        config.tls = Some(
-            tonic::transport::ClientTlsConfig::new()
-                .ca_certificate(tonic::transport::Certificate::from_pem(ca))
-                .identity(tonic::transport::Identity::from_pem(&tls.cert, &tls.key)),
-        );
-    }
-    config.routes = cluster.routes.clone();
-    let auth = match (cluster.secret.clone(), peer_ca) {
-        (Some(secret), None) => locksmith_raft::NodeAuth::new(secret),
-        (None, Some(ca)) => locksmith_raft::NodeAuth::certificates(ca),
-        (Some(secret), Some(ca)) => locksmith_raft::NodeAuth::certificates(ca).secret(secret),
-        (None, None) => {
-            let add = if opts.tls.is_some() {
-                "--peer-ca (with each node's --tls-cert its node certificate) or --cluster-secret-file"
-            } else {
-                "the same --cluster-secret-file on every node"
-            };
-            return Err(ServerError::Config(format!(
-                "a cluster needs node authentication: add {add} (without it any process that reaches the port could \
-                 speak Raft and rewrite the cluster)"
-            )));
-        }
-    };
-    config.auth = Some(
-        auth.accept_unauthenticated(cluster.accept_unauthenticated_peers)
-            .on_refused(|r| crate::telemetry::raft_refused(r.call, r.reason)),
-    );
-    if cluster.accept_unauthenticated_peers {
-        tracing::warn!(
-            "accepting raft calls without node credentials (--accept-unauthenticated-peers): only while upgrading \
-             a running cluster; restart without it once every node has its node certificate or cluster secret"
-        );
-    }
-    std::fs::create_dir_all(&opts.data_dir)
-        .map_err(|source| ServerError::DataDir { path: opts.data_dir.clone(), source })?;
-    let machine = crate::cluster::ReplicaMachine::new(opts.limits.clone());
-    let node = locksmith_raft::RaftNode::start(
-        cluster.node_id,
-        opts.data_dir.join("raft"),
-        cluster.peers.clone(),
-        config,
-        machine,
-    )
-    .await
-    .map_err(|e| match e {
-        locksmith_raft::StartError::Store(locksmith_raft::StoreError::Corrupt(m)) => ServerError::Corrupt(m),
-        locksmith_raft::StartError::Store(locksmith_raft::StoreError::InUse(path)) => ServerError::InUse(path),
-        locksmith_raft::StartError::Store(locksmith_raft::StoreError::Io(source))
-            if locksmith_disk::is_no_space(&source) =>
-        {
-            ServerError::NoSpace { path: opts.data_dir.clone(), source }
-        }
-        locksmith_raft::StartError::Config(m) => ServerError::Config(m),
-        other => ServerError::Failed(format!("raft: {other}")),
-    })?;
-    if cluster.peers.is_empty() && node.cluster().nodes.is_empty() {
-        tracing::info!(node = cluster.node_id, "cluster node started; waiting to be added (locksmith cluster add)");
-    } else {
-        tracing::info!(node = cluster.node_id, peers = ?cluster.peers, "cluster node started");
-    }
-    Ok(std::sync::Arc::new(node))
 }
 
 /// Tells health checkers that the lock service is gone (or going).

@@ -11,13 +11,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use locksmith_proto::ServerMessage;
-use locksmith_raft::{Leadership, RaftNode};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::auth::Principal;
-pub(crate) use crate::outbox::Outbox;
+use crate::outbox::Outbox;
 
-use crate::cluster::ReplicaMachine;
+use crate::cluster::Role;
+#[cfg(feature = "cluster")]
+use crate::cluster::{Change, ReplicaMachine};
 use crate::error::ServerError;
 use crate::machine::{
     Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
@@ -89,20 +90,6 @@ pub struct Serving {
     pub leader: Option<String>,
 }
 
-/// A cluster node's part in the service: its Raft node and whether it serves.
-struct Role {
-    node: Arc<RaftNode<ReplicaMachine>>,
-    leadership: watch::Receiver<Leadership>,
-    serving: bool,
-    /// Look at the leadership again after this long even if it did not change: at start,
-    /// because openraft restarts a node that led as the leader (the watched value is already
-    /// "leader" and may never change again), and after a new leader failed to commit its epoch.
-    check_again: Option<Duration>,
-}
-
-/// How soon a new leader that failed to commit its epoch tries again.
-const EPOCH_RETRY: Duration = Duration::from_millis(100);
-
 impl Service {
     /// Starts a service whose state lives only in memory (for `memory://` and tests).
     pub fn start_in_memory(limits: Limits) -> Self {
@@ -136,12 +123,12 @@ impl Service {
     /// Starts the service of a cluster node over its Raft `node`: it serves clients while this
     /// node leads (see `crate::cluster`), and tells them where the leader is otherwise (the
     /// address the membership records for it).
+    #[cfg(feature = "cluster")]
     pub fn start_cluster(
-        node: Arc<RaftNode<ReplicaMachine>>,
+        node: Arc<locksmith_raft::RaftNode<ReplicaMachine>>,
         limits: Limits,
     ) -> (Self, tokio::task::JoinHandle<Result<(), ServerError>>) {
-        let sink = Sink::Cluster(crate::cluster::committer::start(node.clone()));
-        let role = Role { leadership: node.leadership(), node, serving: false, check_again: Some(Duration::ZERO) };
+        let (role, sink) = Role::start(node);
         Self::spawn(Machine::new(limits, 0), sink, Some(role))
     }
 
@@ -372,49 +359,33 @@ impl Actor {
         self.sink.finish()
     }
 
+    /// Without the `cluster` feature there is no leadership to follow.
+    #[cfg(not(feature = "cluster"))]
+    async fn follow_leadership(&mut self) {}
+
     /// Starts or stops serving as this node's leadership says (see `crate::cluster`).
+    #[cfg(feature = "cluster")]
     async fn follow_leadership(&mut self) {
         let Some(role) = self.cluster.as_mut() else { return };
-        role.check_again = None;
-        let l = role.leadership.borrow_and_update().clone();
-        let leader = l.leader_addr.clone();
-        if l.is_leader && l.ready && !role.serving {
-            let node = role.node.clone();
-            // The committed state, as a restarted single node reads its log.
-            let records = match node.replica().lock() {
-                Ok(replica) => replica.machine().records(),
-                Err(_) => {
-                    tracing::error!("the replica's lock is poisoned; not serving");
-                    return;
-                }
-            };
-            let limits = self.machine.limits().clone();
-            let (machine, boot) = crate::cluster::takeover(limits, records, now(), node.failover_time());
-            if let Err(e) = node.client_write(crate::cluster::encode(&boot)).await {
-                tracing::warn!(error = %e, "could not commit the new leader's epoch; not serving yet");
-                if let Some(role) = self.cluster.as_mut() {
-                    role.check_again = Some(EPOCH_RETRY);
-                }
-                return;
+        match role.follow(self.machine.limits(), now).await {
+            Change::Lead(machine) => {
+                self.machine = *machine;
+                self.serving.send_replace(Serving { serving: true, leader: None });
             }
-            tracing::info!(term = l.term, epoch = machine.epoch(), "leading: serving clients");
-            self.machine = machine;
-            if let Some(role) = self.cluster.as_mut() {
-                role.serving = true;
+            Change::StepDown(leader) => {
+                self.step_down();
+                self.serving.send_replace(Serving { serving: false, leader });
             }
-            self.serving.send_replace(Serving { serving: true, leader: None });
-        } else if !l.is_leader && role.serving {
-            role.serving = false;
-            tracing::info!(term = l.term, leader = ?leader, "no longer leading: streams end, clients go to the leader");
-            self.step_down();
-            self.serving.send_replace(Serving { serving: false, leader });
-        } else if !role.serving {
-            self.serving.send_replace(Serving { serving: false, leader });
+            Change::Follow(leader) => {
+                self.serving.send_replace(Serving { serving: false, leader });
+            }
+            Change::Stay => {}
         }
     }
 
     /// Forgets everything a leader knew beyond the committed state: its streams end (their
     /// clients resume on the new leader), its machine is dropped.
+    #[cfg(feature = "cluster")]
     fn step_down(&mut self) {
         let limits = self.machine.limits().clone();
         self.machine = Machine::new(limits.clone(), 0);
@@ -433,11 +404,7 @@ impl Actor {
     /// belongs to streams that ended when the node stopped leading.
     fn refuse(&mut self, cmd: Command) {
         if let Command::Open { id, out, reply, .. } = cmd {
-            let leader = self.serving.borrow().leader.clone();
-            let r = crate::machine::Refusal::NotLeader(leader.map_or_else(
-                || "this node does not lead the cluster (no leader is known yet)".to_string(),
-                |l| format!("this node does not lead the cluster; the leader is at {l}"),
-            ));
+            let r = crate::cluster::not_leader(self.serving.borrow().leader.clone());
             if let Some(m) = Reply::Refused(r).into_message(id) {
                 out.deliver(m);
             }
@@ -447,7 +414,7 @@ impl Actor {
 
     /// Whether this node answers clients now.
     fn serves(&self) -> bool {
-        self.cluster.as_ref().is_none_or(|r| r.serving)
+        self.cluster.as_ref().is_none_or(Role::serving)
     }
 
     fn flush(&mut self) -> Result<(), ServerError> {
@@ -785,18 +752,7 @@ impl Actor {
 /// Resolves when a cluster node's leadership changes; never for a single node.
 async fn leadership_changed(cluster: &mut Option<Role>) {
     match cluster {
-        Some(role) => {
-            if let Some(after) = role.check_again {
-                match tokio::time::timeout(after, role.leadership.changed()).await {
-                    Ok(Err(_)) => std::future::pending::<()>().await,
-                    _ => return,
-                }
-            }
-            if role.leadership.changed().await.is_err() {
-                // The Raft node is gone: nothing will change any more.
-                std::future::pending::<()>().await;
-            }
-        }
+        Some(role) => role.changed().await,
         None => std::future::pending().await,
     }
 }

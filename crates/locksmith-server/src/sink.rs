@@ -17,12 +17,16 @@ use tokio::sync::mpsc;
 
 use crate::error::ServerError;
 use crate::machine::Record;
-use crate::service::Outbox;
+use crate::outbox::Outbox;
 use crate::wal::{encode_into, DataDir, LogFile};
 
 /// An answer that is not a stream message (a status page): sent once the batch it goes out
 /// with may be told (see [`Sink::submit`]).
 pub(crate) type Reply = Box<dyn FnOnce() + Send>;
+
+/// One flush of the service to a cluster's leader sink: records to replicate and the answers
+/// that wait for them (see `crate::cluster::committer`).
+pub(crate) type Batch = (Vec<Record>, Vec<(Outbox, ServerMessage)>, Vec<Reply>);
 
 /// Log size after which the service writes a snapshot and starts a new log.
 const COMPACT_AT: u64 = 64 * 1024 * 1024;
@@ -45,7 +49,8 @@ pub(crate) enum Sink {
         in_flight: Arc<AtomicUsize>,
     },
     /// A cluster's leader: through the Raft log (see `crate::cluster::committer`).
-    Cluster(mpsc::UnboundedSender<crate::cluster::committer::Batch>),
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
+    Cluster(mpsc::UnboundedSender<Batch>),
 }
 
 impl Sink {

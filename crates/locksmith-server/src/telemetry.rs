@@ -177,6 +177,7 @@ fn limit_of(r: &Refusal) -> Option<Limit> {
 }
 
 /// A Raft or membership call refused as not from a node of the cluster.
+#[cfg(feature = "cluster")]
 pub(crate) fn raft_refused(call: &'static str, reason: &'static str) {
     counter!(RAFT_REFUSED, "call" => call, "reason" => reason).increment(1);
 }
@@ -189,15 +190,18 @@ pub(crate) fn invalid_message() {
     counter!(INVALID_MESSAGES).increment(1);
 }
 
+#[cfg(feature = "cluster")]
 pub(crate) fn connection_opened() {
     counter!(CONNECTIONS_ACCEPTED).increment(1);
     gauge!(CONNECTIONS).increment(1.0);
 }
 
+#[cfg(feature = "cluster")]
 pub(crate) fn connection_closed() {
     gauge!(CONNECTIONS).decrement(1.0);
 }
 
+#[cfg(feature = "cluster")]
 pub(crate) fn accept_error(resources: bool) {
     counter!(ACCEPT_ERRORS, "kind" => if resources { "resources" } else { "other" }).increment(1);
 }

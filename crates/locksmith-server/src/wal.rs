@@ -254,6 +254,7 @@ pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
 #[derive(Debug)]
 pub(crate) enum FrameError {
     /// Not one whole frame.
+    #[cfg_attr(not(feature = "cluster"), allow(dead_code))]
     Frame(frame::FrameError),
     /// An intact frame whose payload is not a record.
     Undecodable(prost::DecodeError),
@@ -281,6 +282,8 @@ fn decode_record(payload: &[u8]) -> Result<Record, FrameError> {
 ///
 /// # Errors
 /// A frame cut short, too large, failing its checksum or not a record.
+// The replicas' commands (`cluster`) and this module's tests read single frames.
+#[cfg_attr(not(feature = "cluster"), allow(dead_code))]
 pub(crate) fn decode_frame(bytes: &[u8]) -> Result<(Record, usize), FrameError> {
     let (payload, used) = frame::decode_one(bytes, MAX_FRAME).map_err(FrameError::Frame)?;
     Ok((decode_record(payload)?, used))

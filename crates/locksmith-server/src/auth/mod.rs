@@ -7,19 +7,31 @@
 //! check their credential again, and one that no longer authenticates is ended and its session
 //! closed (its holds released); an observe stream whose credential no longer authenticates, or
 //! whose principal may no longer observe its lock, is ended.
+//!
+//! Without the `cluster` feature (no network server, as `memory://` runs the service) only
+//! [`Principal`] is here: nothing authenticates in-process callers, and no policy is parsed.
 
+#[cfg(feature = "cluster")]
 mod policy;
+mod principal;
 
+#[cfg(feature = "cluster")]
 use std::path::{Path, PathBuf};
+#[cfg(feature = "cluster")]
 use std::sync::{Arc, RwLock};
 
+#[cfg(feature = "cluster")]
 use tokio::sync::watch;
 
-pub use policy::{hex, Fingerprint, Policy, Principal};
+#[cfg(feature = "cluster")]
+pub use policy::{hex, Fingerprint, Policy};
+pub use principal::Principal;
 
+#[cfg(feature = "cluster")]
 use crate::error::ServerError;
 
 /// The policy in force, shared by every connection. Cheap to clone.
+#[cfg(feature = "cluster")]
 #[derive(Debug, Clone)]
 pub struct Auth {
     path: PathBuf,
@@ -29,6 +41,7 @@ pub struct Auth {
     changes: Arc<watch::Sender<u64>>,
 }
 
+#[cfg(feature = "cluster")]
 impl Auth {
     /// Loads the policy file at `path`.
     ///
@@ -94,6 +107,7 @@ impl Auth {
     }
 }
 
+#[cfg(feature = "cluster")]
 fn read(path: &Path) -> Result<(Policy, [u8; 32]), String> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let digest = crate::secret::digest(&bytes);
@@ -104,6 +118,7 @@ fn read(path: &Path) -> Result<(Policy, [u8; 32]), String> {
 
 /// A new bearer token (32 random bytes, hex) and the SHA-256 (hex) the policy file lists.
 /// `None` if the OS has no randomness to give.
+#[cfg(feature = "cluster")]
 pub fn new_token() -> Option<(String, String)> {
     let (bytes, _) = crate::secret::fresh()?;
     let token = hex(&bytes);

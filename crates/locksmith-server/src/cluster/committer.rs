@@ -7,18 +7,13 @@
 
 use std::sync::Arc;
 
-use locksmith_proto::ServerMessage;
 use locksmith_raft::{RaftNode, MAX_COMMAND};
 use tokio::sync::mpsc;
 
 use super::replica::ReplicaMachine;
 use crate::machine::Record;
-use crate::service::Outbox;
-use crate::sink::Reply;
+use crate::sink::Batch;
 use crate::wal;
-
-/// One flush of the service: records to replicate and the answers that wait for them.
-pub(crate) type Batch = (Vec<Record>, Vec<(Outbox, ServerMessage)>, Vec<Reply>);
 
 /// Starts the task that commits batches in order; returns where to send them.
 pub(crate) fn start(node: Arc<RaftNode<ReplicaMachine>>) -> mpsc::UnboundedSender<Batch> {

@@ -13,20 +13,51 @@
 //! expire (Chubby's grace period: a client that renewed in time never loses its lock to a
 //! fail-over), queued waiters re-sent by the clients as they resume, tokens above the floor
 //! ([`takeover`], a pure function). A node that stops leading ends its streams; its clients
-//! resume their sessions on the new leader.
+//! resume their sessions on the new leader. `leader` decides both for the service (which keeps
+//! a thin call); `start` starts the Raft node for `serve`.
 //!
 //! Membership (`admin`): any node shows its view of the cluster, and the leader adds and
 //! removes nodes (`locksmith cluster status|add|remove`) through the `locksmith.v1.Cluster`
 //! service on the server's own port.
+//!
+//! All but [`ClusterOptions`], [`check_addr`] and [`takeover`] (pure) are the `cluster` feature.
 
+#[cfg(feature = "cluster")]
 pub(crate) mod admin;
+#[cfg(feature = "cluster")]
 pub(crate) mod committer;
+#[cfg(feature = "cluster")]
+mod leader;
+#[cfg(feature = "cluster")]
 mod replica;
+#[cfg(feature = "cluster")]
+mod start;
 mod takeover;
 
+#[cfg(feature = "cluster")]
+pub(crate) use leader::{Change, Role};
+#[cfg(feature = "cluster")]
 pub(crate) use replica::encode;
+#[cfg(feature = "cluster")]
 pub use replica::ReplicaMachine;
+#[cfg(feature = "cluster")]
+pub(crate) use start::{peer_ca, start_raft};
 pub use takeover::takeover;
+
+/// Without the `cluster` feature no service is a cluster node's: a role that cannot exist.
+#[cfg(not(feature = "cluster"))]
+pub(crate) enum Role {}
+
+#[cfg(not(feature = "cluster"))]
+impl Role {
+    pub(crate) fn serving(&self) -> bool {
+        match *self {}
+    }
+
+    pub(crate) async fn changed(&mut self) {
+        match *self {}
+    }
+}
 
 use std::collections::BTreeMap;
 
@@ -84,6 +115,14 @@ pub fn check_addr(addr: &str) -> Result<(), String> {
         Ok(p) if p != 0 && host_ok => Ok(()),
         _ => Err(bad()),
     }
+}
+
+/// The refusal of a node that does not lead, naming the leader when known.
+pub(crate) fn not_leader(leader: Option<String>) -> crate::machine::Refusal {
+    crate::machine::Refusal::NotLeader(leader.map_or_else(
+        || "this node does not lead the cluster (no leader is known yet)".to_string(),
+        |l| format!("this node does not lead the cluster; the leader is at {l}"),
+    ))
 }
 
 impl ClusterOptions {

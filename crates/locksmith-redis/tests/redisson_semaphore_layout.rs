@@ -141,7 +141,9 @@ async fn another_number_of_permits_is_refused_and_changes_nothing() {
         client.lock_with(&name, LockOptions::new().permits(4)).await.map(|_| ()),
     ] {
         match attempt {
-            Err(Error::InvalidArgument(m)) => assert!(m.contains("is a semaphore of 5 permits now; asked for one of"), "{m}"),
+            Err(Error::InvalidArgument(m)) => {
+                assert!(m.contains("is a semaphore of 5 permits now; asked for one of"), "{m}")
+            }
             other => panic!("expected InvalidArgument, got {other:?}"),
         }
     }

@@ -36,7 +36,8 @@ use crate::network::NodeGate;
 use crate::network::RaftService;
 use crate::state_machine::Replica;
 use crate::state_machine::Replicated;
-use crate::store::open_storage;
+use crate::store::open_storage_in;
+use crate::store::SyncMode;
 use crate::types::Command;
 use crate::types::Node;
 use crate::types::NodeId;
@@ -114,7 +115,7 @@ impl<M: Replicated> RaftNode<M> {
     ) -> Result<Self, StartError> {
         let (tls, connect_timeout, backoff) = (config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
         let (routes, secret) = (config.routes.clone(), config.auth.as_ref().and_then(|a| a.secret.clone()));
-        Self::start_with(id, dir, peers, config, machine, move |identity| {
+        Self::start_with(id, dir, peers, config, machine, SyncMode::Thread, move |identity| {
             let network =
                 Network::new(id, tls, connect_timeout, backoff, routes).with_secret(secret).with_identity(identity);
             let contacts = network.contacts();
@@ -132,6 +133,7 @@ impl<M: Replicated> RaftNode<M> {
         peers: BTreeMap<NodeId, String>,
         config: NodeConfig,
         machine: M,
+        sync: SyncMode,
         network: impl FnOnce(Arc<crate::identity::Identity>) -> (N, Contacts),
     ) -> Result<Self, StartError> {
         if !peers.is_empty() && !peers.contains_key(&id) {
@@ -148,7 +150,7 @@ impl<M: Replicated> RaftNode<M> {
         let dir = dir.into();
         let raft_dir = dir.clone();
         // Reading the log and snapshot is blocking file I/O.
-        let (log, sm) = tokio::task::spawn_blocking(move || open_storage(&dir, machine))
+        let (log, sm) = tokio::task::spawn_blocking(move || open_storage_in(&dir, machine, sync))
             .await
             .map_err(|e| StartError::Raft(format!("opening the data directory: {e}")))??;
         let replica = sm.replica();

@@ -1,8 +1,7 @@
 //! A cluster's takeover without processes: three real lock services (`Service::start_cluster`
 //! over `RaftNode`s on temp dirs) on the in-process Raft network of `locksmith_raft::fixture`,
-//! clients speaking the session protocol over in-process streams. Real time with the fixture's
-//! short timings (a leader is replaced in well under a second; why not paused time: see the
-//! fixture's docs).
+//! clients speaking the session protocol over in-process streams, on paused time (the fixture's
+//! docs say how the log's syncs keep a paused clock honest).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -155,7 +154,7 @@ impl Client {
 
 /// After the leader is lost, the new leader grants the same lock with a token above every token
 /// the old one handed out: tokens continue across the fail-over, never repeat.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_new_leader_continues_the_fencing_tokens() {
     let cluster = Cluster::start().await;
     let old = cluster.serving(&IDS).await;
@@ -178,7 +177,7 @@ async fn a_new_leader_continues_the_fencing_tokens() {
 
 /// A leader cut off from the majority grants nothing: the grant cannot be committed, so its
 /// client never hears of it, while the majority's new leader grants the lock.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_partitioned_minority_leader_cannot_grant() {
     let cluster = Cluster::start().await;
     let old = cluster.serving(&IDS).await;
@@ -200,7 +199,7 @@ async fn a_partitioned_minority_leader_cannot_grant() {
 /// A holder on a leader that is cut off gets no renewal answered from the moment of the cut
 /// (the leader's barrier finds no quorum), so its own deadline — its last answered renewal's
 /// send time + TTL — passes before the majority's new leader grants its lock to another.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cut_off_leaders_holder_sees_its_loss_before_the_majority_grants() {
     let cluster = Cluster::start().await;
     let old = cluster.serving(&IDS).await;
@@ -249,7 +248,7 @@ async fn a_cut_off_leaders_holder_sees_its_loss_before_the_majority_grants() {
 
 /// A session whose leader crashed resumes on the new leader within the grace period with its
 /// holds: nobody else got its lock meanwhile, and its release finds it still held.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_session_survives_a_failover_within_the_grace_period() {
     let cluster = Cluster::start().await;
     let old = cluster.serving(&IDS).await;
@@ -274,7 +273,7 @@ async fn a_session_survives_a_failover_within_the_grace_period() {
 }
 
 /// A follower serves no session: an open is refused with where the leader is.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_follower_refuses_sessions_and_names_the_leader() {
     let cluster = Cluster::start().await;
     let leader = cluster.serving(&IDS).await;
@@ -298,7 +297,7 @@ async fn a_follower_refuses_sessions_and_names_the_leader() {
 
 /// A leader that was cut off and hears of the new leader steps down: it stops serving and ends
 /// its clients' streams, so they resume on the new leader.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_deposed_leader_steps_down_and_ends_its_streams() {
     let cluster = Cluster::start().await;
     let old = cluster.serving(&IDS).await;

@@ -27,6 +27,7 @@ pub use log_store::LogReader;
 pub use log_store::LogStore;
 pub(crate) use snapshot::SnapshotStore;
 pub(crate) use snapshot::StoredSnapshot;
+pub(crate) use sync::SyncMode;
 
 use crate::error::StoreError;
 use crate::state_machine::Replicated;
@@ -42,6 +43,15 @@ use crate::state_machine::StateMachine;
 /// [`StoreError::InUse`] when another node holds `dir`; [`StoreError::Corrupt`] for damage;
 /// [`StoreError::Snapshot`] when `machine` rejects the stored snapshot; I/O errors.
 pub fn open_storage<M: Replicated>(dir: &Path, machine: M) -> Result<(LogStore, StateMachine<M>), StoreError> {
+    open_storage_in(dir, machine, SyncMode::Thread)
+}
+
+/// [`open_storage`] with the log's syncs run in `sync`.
+pub(crate) fn open_storage_in<M: Replicated>(
+    dir: &Path,
+    machine: M,
+    sync: SyncMode,
+) -> Result<(LogStore, StateMachine<M>), StoreError> {
     std::fs::create_dir_all(dir)?;
     let lock = OpenOptions::new().create(true).truncate(false).write(true).open(dir.join("LOCK"))?;
     lock.try_lock().map_err(|_| StoreError::InUse(dir.to_path_buf()))?;
@@ -62,7 +72,7 @@ pub fn open_storage<M: Replicated>(dir: &Path, machine: M) -> Result<(LogStore, 
     let must_reach = meta.current().committed.filter(|c| Some(c.index) > covered.map(|l| l.index));
     let log = log_file::LogFile::open(dir, must_reach)?;
     let machine = StateMachine::open(machine, snapshots, lock.clone())?;
-    let store = LogStore::new(log, meta, sync::Syncer::spawn()?, lock);
+    let store = LogStore::new(log, meta, sync::Syncer::start(sync)?, lock);
     Ok((store, machine))
 }
 

@@ -41,26 +41,52 @@ struct Job {
     done: Done,
 }
 
-/// The handle of the sync thread; the thread ends when the handle is dropped.
+/// Where the log's syncs run.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) enum SyncMode {
+    /// On the log's own sync thread, batched (group commit): what a node runs.
+    #[default]
+    Thread,
+    /// Each sync on tokio's blocking pool, unbatched: for the in-process test fixture only.
+    /// Tokio cannot see a thread of our own, so under paused time a sync in flight on it looks
+    /// like an idle runtime and the clock jumps to the next timer (elections that only the
+    /// jump caused); a `spawn_blocking` task holds a paused clock still while it runs.
+    #[cfg(feature = "test-fixture")]
+    BlockingPool,
+}
+
+/// The handle of the log's syncs; the sync thread ends when the handle is dropped.
 #[derive(Debug)]
 pub(crate) struct Syncer {
-    tx: mpsc::Sender<Job>,
+    /// `None` in [`SyncMode::BlockingPool`].
+    tx: Option<mpsc::Sender<Job>>,
 }
 
 impl Syncer {
-    /// Starts the thread.
+    /// Starts the syncs in `mode`: the thread, for [`SyncMode::Thread`].
     ///
     /// # Errors
     /// The OS refused to start a thread.
-    pub(crate) fn spawn() -> io::Result<Self> {
-        let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new().name("raft-log-sync".into()).spawn(move || run(&rx))?;
-        Ok(Self { tx })
+    pub(crate) fn start(mode: SyncMode) -> io::Result<Self> {
+        match mode {
+            SyncMode::Thread => {
+                let (tx, rx) = mpsc::channel();
+                std::thread::Builder::new().name("raft-log-sync".into()).spawn(move || run(&rx))?;
+                Ok(Self { tx: Some(tx) })
+            }
+            #[cfg(feature = "test-fixture")]
+            SyncMode::BlockingPool => Ok(Self { tx: None }),
+        }
     }
 
     /// Queues `done` to run once `file` is synced. Call it after the write to cover.
     pub(crate) fn submit(&self, file: Arc<File>, done: Done) {
-        if let Err(mpsc::SendError(job)) = self.tx.send(Job { file, done }) {
+        let Some(tx) = &self.tx else {
+            // SyncMode::BlockingPool (the test fixture): one sync per job, no sticky failure.
+            tokio::task::spawn_blocking(move || done.complete(file.sync_data()));
+            return;
+        };
+        if let Err(mpsc::SendError(job)) = tx.send(Job { file, done }) {
             // Only if the thread died (it does not panic by itself): report, never hang.
             job.done.complete(Err(io::Error::other("the log sync thread is gone")));
         }

@@ -1,6 +1,5 @@
 //! Clusters on the in-process network (`locksmith_raft::fixture`): leader loss and partitions
-//! without processes or sockets (on real time with short timings: see the fixture's docs on
-//! why not paused time).
+//! without processes or sockets, on paused time.
 
 use std::time::Duration;
 
@@ -32,7 +31,7 @@ fn others(id: u64) -> Vec<u64> {
 /// A leader cut off from both followers stops committing: its writes never return success, a
 /// barrier there fails, and the two others elect a leader that commits. Healed, the old leader
 /// follows and holds the new leader's log.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cut_off_leader_commits_nothing_and_the_majority_goes_on() {
     let dirs = tempfile::tempdir().unwrap();
     let router = Router::new();
@@ -67,7 +66,7 @@ async fn a_cut_off_leader_commits_nothing_and_the_majority_goes_on() {
 
 /// A minority cannot elect a leader: a follower cut off from the others stays without one (it
 /// stands for election again and again and loses), while the majority keeps committing.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_minority_elects_no_leader() {
     let dirs = tempfile::tempdir().unwrap();
     let router = Router::new();
@@ -86,7 +85,7 @@ async fn a_minority_elects_no_leader() {
 }
 
 /// A slow link within the heartbeat's deadline changes nothing: the cluster keeps its leader.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_slow_link_within_the_deadline_keeps_the_leader() {
     let dirs = tempfile::tempdir().unwrap();
     let router = Router::new();

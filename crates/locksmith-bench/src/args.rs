@@ -11,7 +11,8 @@ use clap::{Args, ValueEnum};
   locksmith bench                                        # the native server on 127.0.0.1:7531
   locksmith bench --backend locksmith://127.0.0.1:7531 --backend redis://127.0.0.1:6379 --rounds 3
   locksmith bench --workloads uncontended,contended --json --plot bench.svg
-  locksmith bench --workloads semaphore,read-write --clients 8 --permits 3")]
+  locksmith bench --workloads semaphore,read-write --clients 8 --permits 3
+  locksmith bench --floor-dir /var/lib/locksmith --rounds 3   # with the floor, on the server's disk")]
 pub struct BenchArgs {
     /// Backend URL; repeat to compare backends (ratios are given to the first).
     #[arg(
@@ -56,6 +57,14 @@ pub struct BenchArgs {
     /// How many times to run every workload on every backend; figures are medians over rounds.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1000))]
     pub rounds: u32,
+    /// Also measure the floor, once per round before the workloads: fdatasync of a small
+    /// append to a file in DIR (removed after; name the disk the server's data directory is on)
+    /// and the TCP round trip to each backend's host (on a loopback host, ping-pongs over a
+    /// listener the bench opens on that address; elsewhere, TCP connects to the backend's port).
+    /// Prints a floor row (RTT, fdatasync, 2 RTT + fdatasync: a single node's durable cycle at
+    /// best) and every native (`locksmith://`) row's cycle p50 also as "× floor".
+    #[arg(long, value_name = "DIR")]
+    pub floor_dir: Option<PathBuf>,
 }
 
 impl BenchArgs {

@@ -25,6 +25,10 @@
 //! `--json`), `--plot FILE.svg` draws the results, and a progress bar shows on stderr when it is
 //! a terminal.
 //!
+//! With `--floor-dir DIR` each round first measures the floor (see [`Floor`]): the TCP round
+//! trip to each backend's host and `fdatasync` of a small append in `DIR`, printed as a floor
+//! row, with every native row's cycle p50 also given as × floor (`2 × RTT + fdatasync`).
+//!
 //! # Features
 //!
 //! One per backend family, all on by default; each turns on the `locksmith` facade's driver
@@ -44,6 +48,7 @@
 mod args;
 mod baseline;
 mod counters;
+mod floor;
 mod herd;
 mod plot;
 mod progress;
@@ -57,6 +62,7 @@ use std::hash::BuildHasher;
 use std::process::ExitCode;
 
 pub use args::{BenchArgs, Workload};
+pub use floor::Floor;
 pub use report::Figures;
 pub use workloads::WARMUP_CYCLES;
 
@@ -68,7 +74,8 @@ use stats::Failure;
 
 /// Runs the benchmark and prints a table (or `--json`). Exit codes: 0 done; 2 bad arguments;
 /// 69 a backend unreachable; 1 (or the library error's code) for any other backend error; 70
-/// when the plot cannot be written. A failed herd or baseline is reported in its row, not as an
+/// when the plot cannot be written; 74 when the `--floor-dir` probe cannot write or sync its
+/// file. A failed herd or baseline is reported in its row, not as an
 /// exit code.
 ///
 /// # Cancel safety
@@ -82,6 +89,10 @@ pub async fn bench(args: BenchArgs) -> ExitCode {
     }
     if let Some(Err(e)) = args.plot.as_deref().map(plot::check_path) {
         eprintln!("locksmith bench: --plot: {e}");
+        return ExitCode::from(exit::USAGE);
+    }
+    if let Some(dir) = args.floor_dir.as_deref().filter(|d| !d.is_dir()) {
+        eprintln!("locksmith bench: --floor-dir {}: not a directory", dir.display());
         return ExitCode::from(exit::USAGE);
     }
     if args.runs(Workload::Herd) && args.releases >= args.waiters {
@@ -100,11 +111,31 @@ pub async fn bench(args: BenchArgs) -> ExitCode {
         if round % 2 == 1 {
             order.reverse();
         }
+        let floors = match &args.floor_dir {
+            Some(dir) => {
+                progress.say(format!("round {}/{}: floor", round + 1, args.rounds));
+                match measure_floor(dir, &args.backends).await {
+                    Ok(floors) => floors.into_iter().map(Some).collect(),
+                    Err(e) => {
+                        progress.finish();
+                        eprintln!("locksmith bench: --floor-dir {}: {e}", dir.display());
+                        return ExitCode::from(exit::IOERR);
+                    }
+                }
+            }
+            None => vec![None; args.backends.len()],
+        };
         for i in order {
             let url = &args.backends[i];
             let tag = format!("bench-{run_id:016x}-r{round}-b{i}");
             match measure(url, &args, &tag, round, &progress).await {
-                Ok(r) => rounds[i].push(r),
+                Ok(mut r) => {
+                    r.floor = floors[i];
+                    if floor::is_native(url) {
+                        r.figures.cycle_x_floor = r.floor.and_then(|f| f.times(r.figures.cycle_p50_us));
+                    }
+                    rounds[i].push(r);
+                }
                 Err((workload, failure)) => {
                     progress.finish();
                     return report_failure(url, workload, failure);
@@ -117,12 +148,20 @@ pub async fn bench(args: BenchArgs) -> ExitCode {
         .backends
         .iter()
         .zip(rounds)
-        .map(|(url, rounds)| BackendReport {
-            // Reports, tables, plots and their legends are shared: never with a password.
-            backend: locksmith::driver::redact(url),
-            baseline_recipe: baseline::recipe(url).filter(|_| args.runs(Workload::Baseline)),
-            median: Figures::median(&rounds),
-            rounds,
+        .map(|(url, rounds)| {
+            let floor = args.floor_dir.as_ref().map(|_| Floor::median(rounds.iter().filter_map(|r| r.floor.as_ref())));
+            let mut median = Figures::median(&rounds);
+            if floor::is_native(url) {
+                median.cycle_x_floor = floor.and_then(|f| f.times(median.cycle_p50_us));
+            }
+            BackendReport {
+                // Reports, tables, plots and their legends are shared: never with a password.
+                backend: locksmith::driver::redact(url),
+                baseline_recipe: baseline::recipe(url).filter(|_| args.runs(Workload::Baseline)),
+                median,
+                floor,
+                rounds,
+            }
         })
         .collect();
     let code = if args.json {
@@ -138,6 +177,36 @@ pub async fn bench(args: BenchArgs) -> ExitCode {
         }
     }
     code
+}
+
+/// One round's floor for each backend: one `fdatasync` measurement in `dir` shared by all, and
+/// the round trip to each distinct host (none for a backend without one). A round trip that
+/// cannot be measured is reported on stderr and left out; a failing `fdatasync` is an error.
+async fn measure_floor(dir: &std::path::Path, backends: &[String]) -> std::io::Result<Vec<Floor>> {
+    let sync = floor::fdatasync(dir).await?;
+    let mut rtts: Vec<((String, u16), Option<f64>)> = Vec::new();
+    let mut floors = Vec::with_capacity(backends.len());
+    for url in backends {
+        let rtt = match floor::host_of(url) {
+            None => None,
+            Some(host) => match rtts.iter().find(|(h, _)| h.0 == host.0) {
+                Some((_, rtt)) => *rtt,
+                None => {
+                    let rtt = match floor::rtt(&host.0, host.1).await {
+                        Ok(rtt) => Some(rtt),
+                        Err(e) => {
+                            eprintln!("locksmith bench: round trip to {}: {e}", host.0);
+                            None
+                        }
+                    };
+                    rtts.push((host, rtt));
+                    rtt
+                }
+            },
+        };
+        floors.push(Floor::new(rtt, Some(sync)));
+    }
+    Ok(floors)
 }
 
 /// Every selected workload on one backend, in order; `tag` makes the lock names unique. A

@@ -4,6 +4,7 @@ use hdrhistogram::Histogram;
 use serde::Serialize;
 
 use super::args::{BenchArgs, Workload};
+use super::floor::Floor;
 use super::herd::Herd;
 use super::stats::{median, Run};
 use super::workloads::WARMUP_CYCLES;
@@ -52,6 +53,10 @@ pub struct Figures {
     pub baseline_cycles_per_sec: Option<f64>,
     /// Driver overhead: `cycle_p50_us ÷ baseline_cycle_p50_us`.
     pub baseline_overhead: Option<f64>,
+    /// With `--floor-dir`, native backends only: `cycle_p50_us ÷` the floor's
+    /// `single_node_cycle_us` (2 RTT + 1 fdatasync) measured in the same round (over rounds:
+    /// the median cycle ÷ the median floor).
+    pub cycle_x_floor: Option<f64>,
 }
 
 fn p(h: &Histogram<u64>, q: f64) -> Option<f64> {
@@ -126,6 +131,8 @@ impl Figures {
             baseline_cycle_p99_us: m(|f| f.baseline_cycle_p99_us),
             baseline_cycles_per_sec: m(|f| f.baseline_cycles_per_sec),
             baseline_overhead: None,
+            // Set by the caller, who has the floor.
+            cycle_x_floor: None,
         };
         f.baseline_overhead = overhead(f.cycle_p50_us, f.baseline_cycle_p50_us);
         f
@@ -149,6 +156,9 @@ pub(crate) struct Round {
     /// Why the baseline failed on this backend this round.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub(crate) baseline_error: Option<String>,
+    /// With `--floor-dir`: the floor measured before this round's workloads.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) floor: Option<Floor>,
     /// Uncontended cycle latencies, µs, for the plot.
     #[serde(skip)]
     pub(crate) cycles: Option<Histogram<u64>>,
@@ -161,6 +171,7 @@ impl Round {
             contended_acquisitions: Vec::new(),
             herd_error: None,
             baseline_error: None,
+            floor: None,
             cycles: None,
         }
     }
@@ -174,6 +185,9 @@ pub(crate) struct BackendReport {
     pub(crate) baseline_recipe: Option<&'static str>,
     pub(crate) rounds: Vec<Round>,
     pub(crate) median: Figures,
+    /// With `--floor-dir`: the floor's medians over the rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) floor: Option<Floor>,
 }
 
 impl BackendReport {
@@ -221,6 +235,9 @@ pub(crate) struct Report<'a> {
     releases: u32,
     rounds: u32,
     warmup_cycles: u32,
+    /// `--floor-dir`, when the floor was measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    floor_dir: Option<String>,
     backends: &'a [BackendReport],
 }
 
@@ -237,6 +254,7 @@ impl<'a> Report<'a> {
             releases: args.releases,
             rounds: args.rounds,
             warmup_cycles: WARMUP_CYCLES,
+            floor_dir: args.floor_dir.as_ref().map(|d| d.display().to_string()),
             backends,
         }
     }

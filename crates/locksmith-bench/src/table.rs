@@ -2,6 +2,7 @@
 //! the raw-recipe baselines.
 
 use super::args::{BenchArgs, Workload};
+use super::floor::{self, times_cell};
 use super::report::{BackendReport, Figures};
 
 /// One column of the table: its title, the figure, and its decimals.
@@ -9,10 +10,12 @@ struct Column {
     title: String,
     value: fn(&Figures) -> Option<f64>,
     decimals: usize,
+    /// A multiple (`×2.20`), not compared across backends in the ratio lines.
+    times: bool,
 }
 
 fn col(title: &str, value: fn(&Figures) -> Option<f64>, decimals: usize) -> Column {
-    Column { title: title.into(), value, decimals }
+    Column { title: title.into(), value, decimals, times: false }
 }
 
 /// Columns of the main table for the selected timed workloads.
@@ -20,6 +23,9 @@ fn columns(args: &BenchArgs) -> Vec<Column> {
     let mut cols = Vec::new();
     if args.runs(Workload::Uncontended) {
         cols.push(col("cycle p50 µs", |f| f.cycle_p50_us, 0));
+        if args.floor_dir.is_some() {
+            cols.push(Column { times: true, ..col("× floor", |f| f.cycle_x_floor, 2) });
+        }
         cols.push(col("cycle p99 µs", |f| f.cycle_p99_us, 0));
         cols.push(col("cycle max µs", |f| f.cycle_max_us, 0));
         cols.push(col("cycles/s", |f| f.cycles_per_sec, 0));
@@ -49,6 +55,13 @@ fn cell(value: Option<f64>, decimals: usize) -> String {
     value.map_or_else(|| "-".into(), |v| format!("{v:.decimals$}"))
 }
 
+fn column_cell(c: &Column, f: &Figures) -> String {
+    match c.times {
+        true => times_cell((c.value)(f)),
+        false => cell((c.value)(f), c.decimals),
+    }
+}
+
 /// Prints every table for the selected workloads.
 pub(crate) fn print(args: &BenchArgs, reports: &[BackendReport]) {
     let what = if args.rounds > 1 { format!(", medians of {} rounds", args.rounds) } else { String::new() };
@@ -56,6 +69,17 @@ pub(crate) fn print(args: &BenchArgs, reports: &[BackendReport]) {
     let columns = columns(args);
     if !columns.is_empty() {
         print_main(&columns, reports);
+    }
+    if let Some(dir) = &args.floor_dir {
+        println!();
+        println!(
+            "floor, measured before each round's workloads: TCP round trip to the backend's host, \
+             fdatasync of a {}-byte append in {} ({} samples)",
+            floor::APPEND_BYTES,
+            dir.display(),
+            floor::SYNC_SAMPLES
+        );
+        print_floor(reports);
     }
     if args.runs(Workload::Herd) {
         println!();
@@ -73,7 +97,7 @@ fn print_main(columns: &[Column], reports: &[BackendReport]) {
     let mut rows =
         vec![std::iter::once("backend".to_string()).chain(columns.iter().map(|c| c.title.clone())).collect()];
     for r in reports {
-        let cells = columns.iter().map(|c| cell((c.value)(&r.median), c.decimals));
+        let cells = columns.iter().map(|c| column_cell(c, &r.median));
         rows.push(std::iter::once(r.backend.clone()).chain(cells).collect());
     }
     print_rows(&rows);
@@ -83,10 +107,39 @@ fn print_main(columns: &[Column], reports: &[BackendReport]) {
     for r in others {
         let ratios: Vec<String> = columns
             .iter()
+            .filter(|c| !c.times)
             .map(|c| format!("{} {}", c.title, ratio((c.value)(&r.median), (c.value)(&first.median))))
             .collect();
         println!("{} ÷ {}: {}", r.backend, first.backend, ratios.join(", "));
     }
+}
+
+/// One floor row per distinct host (the fdatasync is the same for all), or one row without a
+/// round trip when no backend has a host.
+fn print_floor(reports: &[BackendReport]) {
+    let mut rows =
+        vec![vec![String::new(), "RTT p50 µs".into(), "fdatasync p50 µs".into(), "2 RTT + fdatasync µs".into()]];
+    let mut seen: Vec<String> = Vec::new();
+    for r in reports {
+        let Some(f) = r.floor else { continue };
+        let label = match floor::host_of(&r.backend) {
+            Some((host, _)) => format!("floor {host}"),
+            // Its fdatasync is already in the rows of the hosts.
+            None if reports.iter().any(|o| floor::host_of(&o.backend).is_some()) => continue,
+            None => "floor".into(),
+        };
+        if seen.contains(&label) {
+            continue;
+        }
+        rows.push(vec![
+            label.clone(),
+            cell(f.rtt_p50_us, 0),
+            cell(f.fdatasync_p50_us, 0),
+            cell(f.single_node_cycle_us, 0),
+        ]);
+        seen.push(label);
+    }
+    print_rows(&rows);
 }
 
 fn print_herd(reports: &[BackendReport]) {

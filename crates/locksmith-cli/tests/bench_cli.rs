@@ -61,6 +61,64 @@ fn bench_prints_one_table_for_every_backend_with_raw_recipe_baselines() {
     }
 }
 
+/// `--floor-dir` measures the floor in the same run: a floor row with the loopback round trip,
+/// the fdatasync and 2 RTT + fdatasync, the native row's cycle also as × floor (memory://, not
+/// native, gets "-"), the same figures in `--json`, and no probe file left in the directory.
+#[test]
+fn floor_dir_prints_a_floor_row_and_native_cycles_as_times_floor() {
+    let native = NativeServer::start(BIN.as_ref());
+    let dir = tempfile::tempdir().unwrap();
+    let floor_dir = dir.path().to_str().unwrap();
+    let run = |json: bool| {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["bench", "--backend", &native.url(), "--backend", "memory://floor", "--floor-dir", floor_dir])
+            .args(["--duration", "200ms", "--rounds", "1", "--workloads", "uncontended"])
+            .stdin(Stdio::null());
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+        stdout
+    };
+    let stdout = run(false);
+    let numbers = |row: &str| -> Vec<f64> { row.split('|').skip(1).filter_map(|c| c.trim().parse().ok()).collect() };
+    assert!(stdout.lines().any(|l| l.starts_with("backend") && l.contains("| × floor |")), "{stdout}");
+    let floor =
+        stdout.lines().find(|l| l.starts_with("floor 127.0.0.1")).unwrap_or_else(|| panic!("no floor row:\n{stdout}"));
+    let [rtt, sync, cycle_floor] = numbers(floor)[..] else { panic!("three figures expected: {floor}") };
+    assert!(rtt > 0.0 && sync > 0.0 && cycle_floor >= 2.0 * rtt + sync - 1.0, "{floor}");
+    let row = stdout.lines().find(|l| l.starts_with(native.url().as_str())).unwrap();
+    let times: f64 = row
+        .split('|')
+        .nth(2)
+        .and_then(|c| c.trim().strip_prefix('×'))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("no × floor: {row}"));
+    assert!(times > 0.0, "{row}");
+    let memory = stdout.lines().find(|l| l.starts_with("memory://floor")).unwrap();
+    assert_eq!(memory.split('|').nth(2).map(str::trim), Some("-"), "{memory}");
+    let doc: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+    let backend = &doc["backends"][0];
+    assert!(backend["median"]["cycle_x_floor"].as_f64().is_some_and(|v| v > 0.0), "{backend}");
+    assert!(backend["floor"]["single_node_cycle_us"].as_f64().is_some_and(|v| v > 0.0), "{backend}");
+    assert!(doc["backends"][1]["median"]["cycle_x_floor"].is_null(), "{doc}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "the probe file is removed");
+}
+
+/// A `--floor-dir` that is not a directory is refused before anything runs.
+#[test]
+fn floor_dir_that_is_not_a_directory_is_refused() {
+    let out = Command::new(BIN)
+        .args(["bench", "--backend", "memory://x", "--floor-dir", "/nonexistent/locksmith-floor"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--floor-dir"));
+}
+
 /// The native server hands a lock to the next of 50 waiters with one pushed message: wake-ups
 /// per release stay at one (a polling or broadcasting herd would show up to 50), and `--json`
 /// carries the herd's and every other workload's figures.

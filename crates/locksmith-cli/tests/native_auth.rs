@@ -7,19 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use locksmith_testkit::NativeServer;
+use locksmith_testkit::{new_token, NativeServer};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
-
-/// A token and the SHA-256 the policy lists, from `locksmith token`.
-fn new_token() -> (String, String) {
-    let out = Command::new(BIN).arg("token").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let digest = stderr.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {stderr}")).to_string();
-    (token, digest)
-}
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -31,7 +21,7 @@ struct Setup {
 impl Setup {
     fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        let (jobs, admin) = (new_token(), new_token());
+        let (jobs, admin) = (new_token(BIN.as_ref()), new_token(BIN.as_ref()));
         for (name, (token, _)) in [("jobs.token", &jobs), ("admin.token", &admin)] {
             std::fs::write(dir.path().join(name), format!("{token}\n")).unwrap();
         }

@@ -10,7 +10,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use locksmith::LockOptions;
-use locksmith_testkit::{NativeCluster, NativeServer};
+use locksmith_testkit::{new_token, NativeCluster, NativeServer};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
@@ -241,21 +241,12 @@ fn a_single_server_is_not_a_cluster() {
     assert!(err.contains("cluster commands are for the native server"), "{err}");
 }
 
-/// A token and the SHA-256 the policy lists, from `locksmith token`.
-fn new_token() -> (String, String) {
-    let out = Command::new(BIN).arg("token").output().unwrap_or_else(|e| panic!("{e}"));
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let digest = stderr.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {stderr}")).to_string();
-    (token, digest)
-}
-
 /// Under an auth policy, status needs a known principal and a membership change an admin one:
 /// a principal that may lock is refused (exit 77, never "unreachable") and nothing changes.
 #[test]
 fn with_auth_only_an_admin_changes_the_membership() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let (jobs, admin) = (new_token(), new_token());
+    let (jobs, admin) = (new_token(BIN.as_ref()), new_token(BIN.as_ref()));
     let file = |name: &str, token: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, format!("{token}\n")).unwrap_or_else(|e| panic!("{e}"));

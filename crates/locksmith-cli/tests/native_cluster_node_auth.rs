@@ -18,7 +18,7 @@ use locksmith_raft::network::pb::raft_client::RaftClient;
 use locksmith_raft::network::pb::RaftRequest;
 use locksmith_raft::types::TypeConfig;
 use locksmith_server::node_proof::{ClusterSecret, NODE_PROOF_HEADER};
-use locksmith_testkit::{free_port, spawn, write_cluster_secret, NativeCluster, TestCerts};
+use locksmith_testkit::{free_port, new_token, spawn, write_cluster_secret, NativeCluster, TestCerts};
 use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
 use openraft::{SnapshotMeta, Vote};
 use serde_json::Value;
@@ -151,6 +151,14 @@ fn view(c: &NativeCluster, backend: Option<&str>) -> (u64, u64, Vec<u64>) {
     (s["term"].as_u64().unwrap_or(0), s["leader"].as_u64().unwrap_or(0), voters)
 }
 
+/// A fresh token written to `dir/name`: (token, its digest for the policy, the file's path).
+fn token_file(dir: &std::path::Path, name: &str) -> (String, String, String) {
+    let (token, digest) = new_token(BIN.as_ref());
+    let path = dir.join(name);
+    std::fs::write(&path, format!("{token}\n")).unwrap_or_else(|e| panic!("{e}"));
+    (token, digest, path.display().to_string())
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -245,15 +253,7 @@ async fn forged_raft_calls_and_membership_changes_without_the_secret_change_noth
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn client_tokens_never_speak_raft() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let token = |name: &str| {
-        let out = Command::new(BIN).arg("token").output().unwrap_or_else(|e| panic!("{e}"));
-        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        let digest = err.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {err}")).to_string();
-        let path = dir.path().join(name);
-        std::fs::write(&path, format!("{token}\n")).unwrap_or_else(|e| panic!("{e}"));
-        (token, digest, path.display().to_string())
-    };
+    let token = |name: &str| token_file(dir.path(), name);
     let (jobs, admin) = (token("jobs.token"), token("admin.token"));
     let policy = dir.path().join("policy.toml");
     let text = format!(
@@ -481,15 +481,7 @@ async fn a_node_whose_raft_core_stops_exits() {
 async fn over_tls_only_a_node_certificate_naming_the_sender_speaks_raft() {
     let certs = TestCerts::with_nodes(&[1, 2, 3, 7]);
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let token = |name: &str| {
-        let out = Command::new(BIN).arg("token").output().unwrap_or_else(|e| panic!("{e}"));
-        let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        let digest = err.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {err}")).to_string();
-        let path = dir.path().join(name);
-        std::fs::write(&path, format!("{token}\n")).unwrap_or_else(|e| panic!("{e}"));
-        (token, digest, path.display().to_string())
-    };
+    let token = |name: &str| token_file(dir.path(), name);
     let (probe, admin) = (token("probe.token"), token("admin.token"));
     let policy = dir.path().join("policy.toml");
     let text = format!(

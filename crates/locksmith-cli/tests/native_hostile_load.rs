@@ -197,6 +197,16 @@ fn a_connection_that_sends_nothing_is_closed_after_the_first_byte_timeout() {
     assert!(closed >= Duration::from_millis(900), "closed after {closed:?}, before the timeout");
 }
 
+/// Whether the server keeps `tcp` open: nothing to read yet, or the server's HTTP/2 settings.
+/// Closed: EOF or reset. (Leaves `tcp` non-blocking.)
+fn still_open(tcp: &mut std::net::TcpStream) -> bool {
+    tcp.set_nonblocking(true).unwrap();
+    match tcp.read(&mut [0u8; 256]) {
+        Ok(n) => n > 0,
+        Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
+    }
+}
+
 /// `n` idle connections that the server keeps open. A connection the server closed at once
 /// (it came while the start-up probe's connection still held a slot) is replaced.
 fn hold_connections(port: u16, n: usize) -> Vec<std::net::TcpStream> {
@@ -206,13 +216,7 @@ fn hold_connections(port: u16, n: usize) -> Vec<std::net::TcpStream> {
         std::thread::sleep(Duration::from_millis(200));
         let mut all = true;
         for tcp in &mut held {
-            tcp.set_nonblocking(true).unwrap();
-            // Open: nothing to read yet, or the server's HTTP/2 settings. Closed: EOF or reset.
-            let open = match tcp.read(&mut [0u8; 256]) {
-                Ok(n) => n > 0,
-                Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
-            };
-            if !open {
+            if !still_open(tcp) {
                 *tcp = connect();
                 all = false;
             }
@@ -385,12 +389,7 @@ async fn one_address_holds_at_most_max_connections_per_address() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut closed = 0;
     for tcp in &mut held {
-        tcp.set_nonblocking(true).unwrap();
-        let open = match tcp.read(&mut [0u8; 256]) {
-            Ok(n) => n > 0,
-            Err(e) => e.kind() == std::io::ErrorKind::WouldBlock,
-        };
-        if !open {
+        if !still_open(tcp) {
             closed += 1;
         }
     }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use locksmith::LockOptions;
 use locksmith_proto::error::Code;
-use locksmith_testkit::{NativeServer, RawRefusal, RawSession};
+use locksmith_testkit::{new_token, NativeServer, RawRefusal, RawSession};
 
 const BIN: &str = env!("CARGO_BIN_EXE_locksmith");
 
@@ -61,22 +61,13 @@ async fn one_session_cannot_queue_more_than_its_limit() {
     assert!(held.unlock().await.unwrap());
 }
 
-/// A token and the SHA-256 the policy lists, from `locksmith token`.
-fn new_token() -> (String, String) {
-    let out = Command::new(BIN).arg("token").output().unwrap();
-    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let digest = stderr.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {stderr}")).to_string();
-    (token, digest)
-}
-
 /// The session table cannot be filled by one client: with `--max-sessions-per-client 3`, a
 /// principal's fourth session is refused (LIMIT_EXCEEDED, wherever it connects from), while
 /// another principal still opens sessions; a closed session makes room again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_client_cannot_fill_the_session_table() {
     let dir = tempfile::tempdir().unwrap();
-    let (greedy, other) = (new_token(), new_token());
+    let (greedy, other) = (new_token(BIN.as_ref()), new_token(BIN.as_ref()));
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,

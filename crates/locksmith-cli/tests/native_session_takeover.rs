@@ -12,7 +12,7 @@ use locksmith_proto::client_message::Body as In;
 use locksmith_proto::locksmith_client::LocksmithClient;
 use locksmith_proto::server_message::Body as Out;
 use locksmith_proto::{error::Code, ClientMessage, LockInfo, ServerMessage, StatusRequest};
-use locksmith_testkit::NativeServer;
+use locksmith_testkit::{new_token, NativeServer};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::Channel;
@@ -62,13 +62,7 @@ async fn a_session_id_from_status_is_not_enough_to_act_as_the_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_auth_another_principal_cannot_act_as_the_session_either() {
     let dir = tempfile::tempdir().unwrap();
-    let mut digests = Vec::new();
-    let mut tokens = Vec::new();
-    for _ in 0..2 {
-        let out = Command::new(BIN).arg("token").output().unwrap();
-        tokens.push(String::from_utf8_lossy(&out.stdout).trim().to_string());
-        digests.push(String::from_utf8_lossy(&out.stderr).split('"').nth(1).unwrap().to_string());
-    }
+    let (tokens, digests): (Vec<String>, Vec<String>) = (0..2).map(|_| new_token(BIN.as_ref())).unzip();
     let policy = dir.path().join("policy.toml");
     std::fs::write(
         &policy,

@@ -31,7 +31,7 @@ pub use etcd_cluster::EtcdCluster;
 pub use faketime::{skew_clock, FAKETIME_SETUP};
 pub use memcached::{MemcachedServer, MEMCACHED_SETUP};
 pub use mysql::{MySqlServer, MYSQL_SETUP};
-pub use native::NativeServer;
+pub use native::{new_token, NativeServer};
 pub use native_cluster::{write_cluster_secret, NativeCluster};
 pub use native_raw::{RawRefusal, RawSession};
 pub use port::{free_port, wait_listening};

@@ -145,3 +145,17 @@ impl NativeServer {
         self.process = Some(p);
     }
 }
+
+/// A fresh token from `BIN token` (`bin`: the `locksmith` binary under test): the token, and
+/// the SHA-256 digest an auth policy lists for it (printed on stderr, quoted).
+///
+/// # Panics
+/// When the binary cannot run, fails, or prints no digest (test code: the test must fail).
+pub fn new_token(bin: &Path) -> (String, String) {
+    let out = Command::new(bin).arg("token").output().unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{} token: {stderr}", bin.display());
+    let token = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let digest = stderr.split('"').nth(1).unwrap_or_else(|| panic!("no digest in {stderr}")).to_string();
+    (token, digest)
+}

@@ -1,12 +1,14 @@
 //! The native server as a 3-node cluster against what a team would run instead, in one
-//! `locksmith bench` run (issue 18): the same server as a single node, etcd as a 3-member
-//! cluster, and Redis without persistence. Options after the binary's path go to
-//! `locksmith bench` as they are:
+//! `locksmith bench` run (issues 18 and 27): the same server as a single node, etcd as a
+//! 3-member cluster, Redis without persistence and Redis with `appendfsync always` (the same
+//! durability as a native grant). Options after the binary's path go to `locksmith bench` as
+//! they are, `--floor-dir` too (give a directory on the disk the servers' data dirs are on, so
+//! the floor's fdatasync is theirs):
 //!
 //! ```text
 //! cargo build --release -p locksmith-cli
 //! cargo run --release -p locksmith-bench --example bench_cluster -- target/release/locksmith \
-//!     --workloads uncontended,contended,many --duration 2s --rounds 3
+//!     --workloads uncontended,contended --duration 2s --rounds 3 --floor-dir /tmp/floor
 //! ```
 use std::process::Command;
 
@@ -27,9 +29,10 @@ fn run() -> i32 {
     let single = NativeServer::start(bin.as_ref());
     let etcd = EtcdCluster::start(3);
     let redis = RedisServer::start();
+    let redis_durable = RedisServer::start_durable();
     let mut cmd = Command::new(&bin);
     cmd.arg("bench").args(args);
-    for url in [cluster.url(), single.url(), etcd.url(), redis.url()] {
+    for url in [cluster.url(), single.url(), etcd.url(), redis.url(), redis_durable.url()] {
         cmd.args(["--backend", &url]);
     }
     let status = cmd.status().expect("run locksmith bench");

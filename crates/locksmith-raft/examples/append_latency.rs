@@ -1,5 +1,6 @@
 //! Measures one durable append through the log store, as openraft 0.9 drives it: `append`,
-//! then wait for the callback the sync thread calls after `fdatasync`.
+//! then wait for the callback, called once `fdatasync` returned (in the appending task: see
+//! `store::sync`).
 //!
 //! `cargo run --release -p locksmith-raft --example append_latency [DIR] [COUNT]` (DIR defaults
 //! to a temporary directory under the system's; measure on the disk the nodes will use).

@@ -72,7 +72,8 @@
 //!
 //! Measured here (2 cores, ext4 on a VM disk, other builds running: load average ~6), release
 //! build, 2,000 appends of a 100-byte command through [`store::LogStore`] as openraft 0.9
-//! drives it (write, hand-off to the sync thread, `fdatasync`, callback; `cargo run --release
+//! drives it (write, then — at the time — a hand-off to a sync thread, `fdatasync`, callback; the
+//! store now syncs in the appending task, see `store::sync`; `cargo run --release
 //! -p locksmith-raft --example append_latency`): **p50 160–180 µs, p90 ~230 µs, p99
 //! 0.4–0.8 ms**. A bare `pwrite` + `fdatasync` on the same disk at the same time took p50
 //! 113 µs, p99 200 µs: the hand-off costs ~50 µs. A replicated write (three nodes in one
@@ -110,6 +111,7 @@ pub mod network;
 mod node;
 pub mod state_machine;
 pub mod store;
+pub mod timing;
 pub mod types;
 
 pub use config::NodeConfig;

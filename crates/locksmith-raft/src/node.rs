@@ -115,7 +115,7 @@ impl<M: Replicated> RaftNode<M> {
     ) -> Result<Self, StartError> {
         let (tls, connect_timeout, backoff) = (config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
         let (routes, secret) = (config.routes.clone(), config.auth.as_ref().and_then(|a| a.secret.clone()));
-        Self::start_with(id, dir, peers, config, machine, SyncMode::Thread, move |identity| {
+        Self::start_with(id, dir, peers, config, machine, SyncMode::Inline, move |identity| {
             let network =
                 Network::new(id, tls, connect_timeout, backoff, routes).with_secret(secret).with_identity(identity);
             let contacts = network.contacts();

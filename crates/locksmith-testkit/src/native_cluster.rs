@@ -415,7 +415,13 @@ impl NativeCluster {
             .args(membership)
             .args(&auth)
             .args(&serve_args)
-            .env("LOCKSMITH_LOG", "info,openraft=warn,h2=warn,tower=warn,hyper=warn")
+            // LOCKSMITH_NODE_LOG replaces the filter, e.g. `info,locksmith::timing=trace` for
+            // the replicated path's per-stage timings (docs/benchmarks.md, issue 27).
+            .env(
+                "LOCKSMITH_LOG",
+                std::env::var("LOCKSMITH_NODE_LOG")
+                    .unwrap_or_else(|_| "info,openraft=warn,h2=warn,tower=warn,hyper=warn".into()),
+            )
             .stdin(Stdio::null());
         if let Some(routes) = routes {
             cmd.arg("--routes").arg(routes);

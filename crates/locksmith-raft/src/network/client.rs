@@ -271,7 +271,10 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         let entries = rpc.entries.len() as u64;
-        match self.call(Rpc::AppendEntries, &rpc, &option).await {
+        let started = crate::timing::start();
+        let result = self.call(Rpc::AppendEntries, &rpc, &option).await;
+        crate::timing::done(started, "append_entries_rpc", rpc.entries.len());
+        match result {
             // A batch that cannot make it within the deadline (the heartbeat interval) never
             // will: ask openraft for smaller ones rather than resend it forever.
             Err(RPCError::Timeout(_)) if entries > 1 => {

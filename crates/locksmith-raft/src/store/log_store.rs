@@ -1,4 +1,4 @@
-//! openraft's [`RaftLogStorage`] over the [`LogFile`], the [`MetaFile`] and the sync thread.
+//! openraft's [`RaftLogStorage`] over the [`LogFile`], the [`MetaFile`] and the [`Syncer`].
 
 use std::fmt::Debug;
 use std::fs::File;
@@ -141,13 +141,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let started = crate::timing::start();
         let file = {
             let mut log = lock(&self.log)?;
             log.append(entries).map_err(|e| StorageIOError::write_logs(&e))?;
             log.file()
         };
-        // Readable now; durable, and acknowledged to openraft, once the sync thread synced it.
+        crate::timing::done(started, "log_write", 0);
+        // Readable now; durable, and acknowledged to openraft, once synced (see `sync`).
+        let started = crate::timing::start();
         self.syncer.submit(file, Done::Flushed(callback));
+        crate::timing::done(started, "log_sync", 0);
         Ok(())
     }
 

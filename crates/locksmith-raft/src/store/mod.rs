@@ -3,7 +3,7 @@
 //! Layout of `<dir>`:
 //! - `LOCK`: held with an exclusive file lock while a node runs, so two nodes never share it;
 //! - `meta`: the vote and the committed log id (`meta`), in two checksummed slots;
-//! - `log`: the entries, as appended frames (`log_file`), synced by the sync thread (`sync`)
+//! - `log`: the entries, as appended frames (`log_file`), synced (`sync`)
 //!   before openraft hears they are stored; a log that ends before the committed entry `meta`
 //!   names is cut, and refused;
 //! - `snapshot`: the newest snapshot of the state machine (`snapshot`).
@@ -43,7 +43,7 @@ use crate::state_machine::StateMachine;
 /// [`StoreError::InUse`] when another node holds `dir`; [`StoreError::Corrupt`] for damage;
 /// [`StoreError::Snapshot`] when `machine` rejects the stored snapshot; I/O errors.
 pub fn open_storage<M: Replicated>(dir: &Path, machine: M) -> Result<(LogStore, StateMachine<M>), StoreError> {
-    open_storage_in(dir, machine, SyncMode::Thread)
+    open_storage_in(dir, machine, SyncMode::Inline)
 }
 
 /// [`open_storage`] with the log's syncs run in `sync`.

@@ -1,6 +1,7 @@
 //! The native server as a 3-node cluster against what a team would run instead, in one
-//! `locksmith bench` run (issues 18 and 27): the same server as a single node, etcd as a
-//! 3-member cluster, Redis without persistence and Redis with `appendfsync always` (the same
+//! `locksmith bench` run (issues 18 and 27): the same server as a single node (default
+//! durability, and `--durability leases`: what a cluster mode without per-grant replication
+//! could at best approach), etcd as a 3-member cluster, Redis without persistence and Redis with `appendfsync always` (the same
 //! durability as a native grant). Options after the binary's path go to `locksmith bench` as
 //! they are, `--floor-dir` too (give a directory on the disk the servers' data dirs are on, so
 //! the floor's fdatasync is theirs):
@@ -27,12 +28,13 @@ fn run() -> i32 {
     };
     let cluster = NativeCluster::start(bin.as_ref(), 3);
     let single = NativeServer::start(bin.as_ref());
+    let single_leases = NativeServer::start_with(bin.as_ref(), &["--durability", "leases"]);
     let etcd = EtcdCluster::start(3);
     let redis = RedisServer::start();
     let redis_durable = RedisServer::start_durable();
     let mut cmd = Command::new(&bin);
     cmd.arg("bench").args(args);
-    for url in [cluster.url(), single.url(), etcd.url(), redis.url(), redis_durable.url()] {
+    for url in [cluster.url(), single.url(), single_leases.url(), etcd.url(), redis.url(), redis_durable.url()] {
         cmd.args(["--backend", &url]);
     }
     let status = cmd.status().expect("run locksmith bench");

@@ -110,6 +110,7 @@ pub mod network;
 mod node;
 pub mod state_machine;
 pub mod store;
+mod timings;
 pub mod types;
 
 pub use config::NodeConfig;
@@ -131,6 +132,7 @@ pub use network::Refusal;
 pub use node::RaftNode;
 pub use node::MAX_COMMAND;
 pub use state_machine::Replica;
+pub use timings::{TimingError, Timings, ELECTION_HEARTBEATS, MAX_ELECTION_TIMEOUT, MIN_HEARTBEAT};
 pub use state_machine::Replicated;
 pub use types::Command;
 pub use types::Node;

@@ -144,7 +144,10 @@ impl Timings {
     ///
     /// # Errors
     /// The first bound of [`Timings`] they break.
-    pub fn with(heartbeat: Option<Duration>, election_timeout: Option<(Duration, Duration)>) -> Result<Self, TimingError> {
+    pub fn with(
+        heartbeat: Option<Duration>,
+        election_timeout: Option<(Duration, Duration)>,
+    ) -> Result<Self, TimingError> {
         let d = Self::default();
         let (min, max) = election_timeout.unwrap_or((d.election_timeout_min, d.election_timeout_max));
         Self::new(heartbeat.unwrap_or(d.heartbeat), min, max)

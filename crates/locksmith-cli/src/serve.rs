@@ -184,7 +184,7 @@ pub struct ServeArgs {
     /// A follower that hears no leader for MAX (the old leader's lease) plus a random time in
     /// MIN..MAX stands for election (default 200ms..400ms): a crashed leader is replaced after
     /// about 1.5–2 × MAX. Shorter fails over sooner but deposes a leader that a loaded machine
-    /// stalls for that long, and sessions are extended by 2 × MAX + heartbeat after each
+    /// stalls for that long. Sessions are extended by 2 × MAX + heartbeat after each
     /// fail-over. MIN at least 3 heartbeats, MAX − MIN at least one, MAX at most 60s; the same
     /// on every node. Only for cluster nodes (needs --node-id).
     #[arg(long, env = "LOCKSMITH_ELECTION_TIMEOUT", value_name = "MIN..MAX", requires = "node_id", value_parser = election_timeout_arg)]

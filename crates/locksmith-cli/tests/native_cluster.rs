@@ -403,7 +403,7 @@ fn serve_with_timings(args: &[&str], config: Option<&str>) -> (Option<i32>, Stri
 
 /// Timings outside their bounds are configuration errors (exit 78) naming the option, before
 /// the data directory is created; a value that is no duration or range is a usage error (2),
-/// as is a timing given to a single node (it has no elections).
+/// as is a timing given to a single node (it has no elections; 78 from the config file).
 #[test]
 fn timings_outside_their_bounds_are_refused_naming_the_option() {
     let node = ["--node-id", "1", "--peers", "1=127.0.0.1:7531"];
@@ -437,6 +437,11 @@ fn timings_outside_their_bounds_are_refused_naming_the_option() {
     }
     let (code, stderr, created) = serve_with_timings(&["--heartbeat", "100ms"], None);
     assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--node-id"), "{stderr}");
+    assert!(!created);
+    // From the config file, as any value there its option refuses: 78.
+    let (code, stderr, created) = serve_with_timings(&[], Some("heartbeat = \"100ms\"\n"));
+    assert_eq!(code, Some(78), "{stderr}");
     assert!(stderr.contains("--node-id"), "{stderr}");
     assert!(!created);
 }

@@ -22,21 +22,47 @@ type Grants = Arc<Mutex<Vec<(Duration, Duration)>>>;
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let Some(bin) = args.first().cloned() else {
-        eprintln!("usage: failover PATH-TO-locksmith [KILLS] [--etcd]");
+        eprintln!(
+            "usage: failover PATH-TO-locksmith [KILLS] [--etcd] [--heartbeat D] [--election-timeout MIN..MAX] \
+             [--steady SECS] [--logs DIR]"
+        );
         std::process::exit(2);
     };
     let kills: usize = args.get(1).and_then(|k| k.parse().ok()).unwrap_or(20);
     let etcd = args.iter().any(|a| a == "--etcd");
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let mut serve_args = Vec::new();
+    for flag in ["--heartbeat", "--election-timeout"] {
+        if let Some(v) = value(flag) {
+            serve_args.extend([flag.to_string(), v]);
+        }
+    }
+    let steady: u64 = value("--steady").and_then(|s| s.parse().ok()).unwrap_or(0);
+    let logs = value("--logs").map(std::path::PathBuf::from);
+    let timings = if serve_args.is_empty() { "default timings".to_string() } else { serve_args.join(" ") };
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let mut cluster = NativeCluster::start(bin.as_ref(), 3);
+    let serve_args: Vec<&str> = serve_args.iter().map(String::as_str).collect();
+    let mut cluster = NativeCluster::start_with(bin.as_ref(), 3, &serve_args, None);
     let url = cluster.url();
-    let native = rt.block_on(measure(&url, kills, &mut cluster));
-    report("native cluster (3 nodes, election timeout 400–800 ms)", &native);
+    if steady > 0 {
+        let before = leader_changes(&cluster);
+        let _ = rt.block_on(measure(&url, 0, Duration::from_secs(steady), &mut cluster));
+        let changes = leader_changes(&cluster) - before;
+        println!("native cluster ({timings}): {changes} leader changes during {steady} s of load without faults");
+    }
+    let native = rt.block_on(measure(&url, kills, Duration::ZERO, &mut cluster));
+    report(&format!("native cluster (3 nodes, {timings})"), &native);
+    if let Some(dir) = logs {
+        std::fs::create_dir_all(&dir).expect("--logs directory");
+        for id in cluster.ids() {
+            std::fs::write(dir.join(format!("node-{id}.log")), cluster.log(id)).expect("writing a node's log");
+        }
+    }
     drop(cluster);
     if etcd {
         let mut ec = EtcdCluster::start(3);
         let url = ec.url();
-        let e = rt.block_on(measure(&url, kills, &mut ec));
+        let e = rt.block_on(measure(&url, kills, Duration::ZERO, &mut ec));
         report("etcd (3 members, election timeout 500 ms)", &e);
     }
 }
@@ -81,9 +107,14 @@ impl Cluster for EtcdCluster {
     }
 }
 
-/// Runs 8 clients on one lock through `url`, kills the leader `kills` times (bringing it back
-/// each time) and returns each kill's unavailability.
-async fn measure(url: &str, kills: usize, cluster: &mut impl Cluster) -> Vec<Duration> {
+/// Terms led so far, over all nodes' logs (a node logs `leading: serving clients` each time).
+fn leader_changes(cluster: &NativeCluster) -> usize {
+    cluster.ids().iter().map(|id| cluster.log(*id).matches("leading: serving clients").count()).sum()
+}
+
+/// Runs 8 clients on one lock through `url` (for `steady` first, without faults), kills the
+/// leader `kills` times (bringing it back each time) and returns each kill's unavailability.
+async fn measure(url: &str, kills: usize, steady: Duration, cluster: &mut impl Cluster) -> Vec<Duration> {
     let start = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let grants: Grants = Arc::default();
@@ -105,12 +136,14 @@ async fn measure(url: &str, kills: usize, cluster: &mut impl Cluster) -> Vec<Dur
             c.close().await;
         }));
     }
+    tokio::time::sleep(steady).await;
     let mut out = Vec::new();
     for i in 0..kills {
         tokio::time::sleep(Duration::from_millis(1500)).await;
         // The leader is found first, then killed: the clock starts at the kill.
         let leader = tokio::task::block_in_place(|| cluster.kill_leader());
         let killed_at = start.elapsed();
+        let unix = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
         let until = Instant::now() + Duration::from_secs(30);
         let first = loop {
             let first = grants
@@ -127,7 +160,12 @@ async fn measure(url: &str, kills: usize, cluster: &mut impl Cluster) -> Vec<Dur
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
         out.push(first - killed_at);
-        eprintln!("fail-over {:2}: {:4} ms", i + 1, (first - killed_at).as_millis());
+        eprintln!(
+            "fail-over {:2}: {:4} ms (node {leader} killed at {:.6})",
+            i + 1,
+            (first - killed_at).as_millis(),
+            unix.as_secs_f64()
+        );
         tokio::task::block_in_place(|| cluster.revive(leader));
     }
     stop.store(true, Ordering::SeqCst);

@@ -175,6 +175,20 @@ pub struct ServeArgs {
     /// "Turning node authentication on in a running cluster"). Needs --node-id.
     #[arg(long, env = "LOCKSMITH_ACCEPT_UNAUTHENTICATED_PEERS", requires = "node_id")]
     pub accept_unauthenticated_peers: bool,
+    /// How often the leader sends heartbeats, also the deadline of each replication call
+    /// (default 50ms; at least 20ms). Shorter notices a dead leader sooner; too short for the
+    /// machine's load times out batches of entries. Give every node the same timings. Only
+    /// for cluster nodes (needs --node-id).
+    #[arg(long, env = "LOCKSMITH_HEARTBEAT", value_name = "DURATION", requires = "node_id", value_parser = positive_duration)]
+    pub heartbeat: Option<Duration>,
+    /// A follower that hears no leader for MAX (the old leader's lease) plus a random time in
+    /// MIN..MAX stands for election (default 200ms..400ms): a crashed leader is replaced after
+    /// about 1.5–2 × MAX. Shorter fails over sooner but deposes a leader that a loaded machine
+    /// stalls for that long. Sessions are extended by 2 × MAX + heartbeat after each
+    /// fail-over. MIN at least 3 heartbeats, MAX − MIN at least one, MAX at most 60s; the same
+    /// on every node. Only for cluster nodes (needs --node-id).
+    #[arg(long, env = "LOCKSMITH_ELECTION_TIMEOUT", value_name = "MIN..MAX", requires = "node_id", value_parser = election_timeout_arg)]
+    pub election_timeout: Option<(Duration, Duration)>,
     /// Holds plus queued acquires of one session.
     #[arg(long, env = "LOCKSMITH_MAX_ENTRIES_PER_SESSION", value_name = "N", default_value_t = lock_limits().max_entries_per_session as u64, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_entries_per_session: u64,
@@ -202,6 +216,13 @@ fn peers_arg(s: &str) -> Result<Peers, String> {
         return Err("no peers given".into());
     }
     Ok(Peers(peers))
+}
+
+/// Parses `--election-timeout MIN..MAX` (two durations); the bounds are checked when the node
+/// starts, as a configuration error naming the option.
+fn election_timeout_arg(s: &str) -> Result<(Duration, Duration), String> {
+    let (min, max) = s.split_once("..").ok_or_else(|| format!("{s:?} is not MIN..MAX, e.g. 200ms..400ms"))?;
+    Ok((positive_duration(min.trim())?, positive_duration(max.trim())?))
 }
 
 /// The lock service's bounds, for the flags' defaults.
@@ -399,8 +420,9 @@ pub async fn serve(args: ServeArgs) -> ExitCode {
         locksmith_server::ServeOptions::new(args.data_dir).durability(durability).net_limits(net).limits(limits);
     let routes = args.routes.map(|r| r.0).unwrap_or_default();
     let accept_unauthenticated = args.accept_unauthenticated_peers;
+    let (heartbeat, election_timeout) = (args.heartbeat, args.election_timeout);
     let node_auth = |c: locksmith_server::cluster::ClusterOptions| {
-        let c = c.accept_unauthenticated_peers(accept_unauthenticated);
+        let c = c.accept_unauthenticated_peers(accept_unauthenticated).timings(heartbeat, election_timeout);
         match secret.clone() {
             Some(s) => c.secret(s),
             None => c,

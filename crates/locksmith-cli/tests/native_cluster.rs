@@ -380,3 +380,93 @@ async fn an_admin_release_in_a_cluster_hands_the_lock_on() {
     assert!(granted > first, "token {granted} after {first}");
     tokio::time::timeout(ttl * 2, held.lost()).await.unwrap_or_else(|_| panic!("the holder never learned of the loss"));
 }
+
+/// `serve` with timing flags and a fresh data directory: its exit code, its stderr, and whether
+/// it created the data directory.
+fn serve_with_timings(args: &[&str], config: Option<&str>) -> (Option<i32>, String, bool) {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let secret = locksmith_testkit::write_cluster_secret(dir.path());
+    let data = dir.path().join("data");
+    let mut cmd = std::process::Command::new(BIN);
+    cmd.args(["serve", "--listen", "127.0.0.1:0", "--data-dir"]).arg(&data).args(args);
+    if args.contains(&"--node-id") {
+        cmd.arg("--cluster-secret-file").arg(&secret);
+    }
+    if let Some(text) = config {
+        let file = dir.path().join("serve.toml");
+        std::fs::write(&file, text).unwrap_or_else(|e| panic!("{e}"));
+        cmd.arg("--config").arg(file);
+    }
+    let out = cmd.stdin(std::process::Stdio::null()).output().unwrap_or_else(|e| panic!("{e}"));
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned(), data.exists())
+}
+
+/// Timings outside their bounds are configuration errors (exit 78) naming the option, before
+/// the data directory is created; a value that is no duration or range is a usage error (2),
+/// as is a timing given to a single node (it has no elections; 78 from the config file).
+#[test]
+fn timings_outside_their_bounds_are_refused_naming_the_option() {
+    let node = ["--node-id", "1", "--peers", "1=127.0.0.1:7531"];
+    fn with<'a>(node: &[&'a str], extra: &[&'a str]) -> Vec<&'a str> {
+        [node, extra].concat()
+    }
+    for (extra, option, why) in [
+        (&["--heartbeat", "5ms"][..], "--heartbeat", "below the shortest heartbeat"),
+        (&["--election-timeout", "100ms..400ms"][..], "--election-timeout", "at least 3 heartbeats"),
+        (&["--election-timeout", "400ms..300ms"][..], "--election-timeout", "must be above the minimum"),
+        (&["--heartbeat", "100ms", "--election-timeout", "300ms..350ms"][..], "--election-timeout", "one heartbeat"),
+        (&["--election-timeout", "1s..2m"][..], "--election-timeout", "above 60s"),
+    ] {
+        let (code, stderr, created) = serve_with_timings(&with(&node, extra), None);
+        assert_eq!(code, Some(78), "{extra:?}: {stderr}");
+        assert!(stderr.contains(option) && stderr.contains(why), "{extra:?}: {stderr}");
+        assert!(!created, "{extra:?}: the data directory was created");
+    }
+    // The same from the config file.
+    let (code, stderr, _) = serve_with_timings(&node, Some("election-timeout = \"100ms..400ms\"\n"));
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stderr.contains("--election-timeout"), "{stderr}");
+    for (extra, want) in [
+        (&["--election-timeout", "300ms"][..], "MIN..MAX"),
+        (&["--heartbeat", "soon"][..], "--heartbeat"),
+        (&["--heartbeat", "0s"][..], "above zero"),
+    ] {
+        let (code, stderr, _) = serve_with_timings(&with(&node, extra), None);
+        assert_eq!(code, Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(want), "{extra:?}: {stderr}");
+    }
+    let (code, stderr, created) = serve_with_timings(&["--heartbeat", "100ms"], None);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("--node-id"), "{stderr}");
+    assert!(!created);
+    // From the config file, as any value there its option refuses: 78.
+    let (code, stderr, created) = serve_with_timings(&[], Some("heartbeat = \"100ms\"\n"));
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stderr.contains("--node-id"), "{stderr}");
+    assert!(!created);
+}
+
+/// A cluster started with other timings than the defaults elects a leader, replaces it after a
+/// `kill -9`, and the lock's tokens keep increasing across the fail-over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_with_other_timings_fails_over_and_tokens_keep_increasing() {
+    let timings = ["--heartbeat", "100ms", "--election-timeout", "300ms..600ms"];
+    let mut cluster = NativeCluster::start_with(BIN.as_ref(), 3, &timings, None);
+    let url = cluster.url();
+    let client = locksmith::connect_with_ttl(&url, Duration::from_secs(5)).await.unwrap_or_else(|e| panic!("{e}"));
+    let first = client.lock("timings/failover").await.unwrap_or_else(|e| panic!("{e}"));
+    let before = first.token();
+    assert!(first.unlock().await.unwrap_or(false));
+    let leader = cluster.wait_for_leader(Duration::from_secs(10));
+    cluster.kill9(leader);
+    let killed = Instant::now();
+    let opts = LockOptions::new().timeout(Duration::from_secs(15));
+    let next = client.lock_with("timings/failover", opts).await.unwrap_or_else(|e| panic!("{e}"));
+    let took = killed.elapsed();
+    assert!(next.token() > before, "token {} after {before}", next.token());
+    // 2 × 600 ms + 100 ms is the fail-over time these timings give; a loaded machine may add to it.
+    assert!(took < Duration::from_secs(5), "a grant only {took:?} after the kill");
+    assert!(next.unlock().await.unwrap_or(false));
+    assert_ne!(cluster.wait_for_leader(Duration::from_secs(10)), leader);
+    client.close().await;
+}

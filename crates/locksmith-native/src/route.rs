@@ -8,6 +8,12 @@
 //! Each node gets a short bound ([`NODE_BOUND`], doubling each round) when there is another to
 //! try: a paused node (SIGSTOP, a blackhole) accepts the TCP connection and then says nothing,
 //! and must cost a fraction of a second, not the whole call.
+//!
+//! A leader hint is followed at once. Only after a whole round in which no node served nor
+//! named another does the call pause ([`round_pause`]: 5 ms, doubling, at most
+//! [`MAX_ROUND_PAUSE`]): a fail-over ends within milliseconds of the new leader's first
+//! commit for the callers waiting on it, while a call never asks each node more than about
+//! ten times a second once an election has lasted a few rounds.
 
 use std::future::Future;
 use std::sync::atomic::Ordering;
@@ -24,6 +30,18 @@ use crate::NativeBackend;
 
 /// A node's first bound on answering when another node could answer instead.
 pub(crate) const NODE_BOUND: Duration = Duration::from_millis(500);
+
+/// The first pause after a round of refusals; each later one doubles, up to [`MAX_ROUND_PAUSE`].
+const FIRST_ROUND_PAUSE: Duration = Duration::from_millis(5);
+
+/// The longest pause between rounds: what a caller may lose after the new leader serves, and
+/// what bounds the rate of calls to each node while there is none (one per pause per call).
+pub(crate) const MAX_ROUND_PAUSE: Duration = Duration::from_millis(100);
+
+/// The pause after the `round`th (from 0) round in which every node refused or did not answer.
+fn round_pause(round: u32) -> Duration {
+    FIRST_ROUND_PAUSE.saturating_mul(1u32.checked_shl(round).unwrap_or(u32::MAX)).min(MAX_ROUND_PAUSE)
+}
 
 /// At most this many leader hints to an address the URL does not have, per call: nodes that
 /// name each other in a loop (a misconfigured address) end the call instead of spinning.
@@ -109,8 +127,8 @@ impl GrpcConnector {
     /// Runs `call` on the peer that leads: first the current one; a node that does not lead and
     /// names the leader sends it there (see the module docs), one that cannot be reached, does
     /// not answer within its bound, or knows no leader yet (an election) to the next known node.
-    /// The nodes are tried round after round, with a short pause between rounds, until `limit`
-    /// has passed; a single node is tried once, within `limit`. A refusal of the request itself
+    /// The nodes are tried round after round, with a short pause between rounds ([`round_pause`]),
+    /// until `limit` has passed; a single node is tried once, within `limit`. A refusal of the request itself
     /// ends it at once. Returns the last failure as the server said it.
     pub(crate) async fn on_leader_raw<T, F, Fut>(
         &self,
@@ -123,7 +141,7 @@ impl GrpcConnector {
         Fut: Future<Output = std::result::Result<T, tonic::Status>>,
     {
         let deadline = Instant::now() + limit;
-        let mut pause = Duration::from_millis(25);
+        let mut rounds = 0;
         let mut node_bound = NODE_BOUND;
         let mut since_round = 0;
         let mut hops = 0;
@@ -166,9 +184,47 @@ impl GrpcConnector {
                 // slow. Wait a moment, and give each node longer.
                 since_round = 0;
                 node_bound *= 2;
+                let pause = round_pause(rounds);
+                rounds += 1;
                 tokio::time::sleep(pause.min(deadline.saturating_duration_since(Instant::now()))).await;
-                pause = (pause * 2).min(Duration::from_millis(250));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// After each round of refusals the call pauses 5 ms, then twice as long each round, never
+    /// more than 100 ms: quick to find a leader that has just been elected, and at most about
+    /// ten calls a second to each node while an election lasts.
+    #[tokio::test(start_paused = true)]
+    async fn rounds_of_refusals_pause_briefly_at_first_then_at_a_bounded_rate() {
+        let ms = Duration::from_millis;
+        let pauses: Vec<Duration> = (0..8).map(round_pause).collect();
+        assert_eq!(pauses, [ms(5), ms(10), ms(20), ms(40), ms(80), ms(100), ms(100), ms(100)]);
+        assert_eq!(round_pause(u32::MAX), MAX_ROUND_PAUSE);
+
+        let backend = NativeBackend::from_url("locksmith://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3").unwrap();
+        let started = Instant::now();
+        let calls = std::sync::Mutex::new(Vec::new());
+        let r: std::result::Result<(), Failed> = backend
+            .inner
+            .on_leader_raw(Duration::from_secs(2), NodeBound::Short, |_| {
+                calls.lock().unwrap().push(started.elapsed());
+                // Every node knows no leader yet (an election), and says so at once.
+                async { Err(tonic::Status::unavailable("no leader is known")) }
+            })
+            .await;
+        assert_eq!(r.unwrap_err().status.code(), tonic::Code::Unavailable);
+        let calls = calls.into_inner().unwrap();
+        // Rounds of three calls at 0, 5, 15, 35, 75, 155, 255, 355 … ms.
+        let round_starts: Vec<Duration> = calls.iter().step_by(3).copied().collect();
+        assert_eq!(round_starts[..7], [ms(0), ms(5), ms(15), ms(35), ms(75), ms(155), ms(255)]);
+        // 2 s: six rounds by 155 ms, then one every 100 ms up to 1,955 ms; the last pause is cut
+        // to the limit, and the one call after it ends the call.
+        assert_eq!(calls.len(), 3 * (6 + 18) + 1, "{calls:?}");
+        assert!(*calls.last().unwrap() <= Duration::from_secs(2));
     }
 }

@@ -7,23 +7,15 @@ use openraft::SnapshotPolicy;
 use tonic::transport::ClientTlsConfig;
 
 use crate::error::StartError;
+use crate::timings::Timings;
 use crate::types::NodeId;
 
 /// Timing, snapshot and transport settings of a [`RaftNode`](crate::RaftNode). Every node of a
 /// cluster should use the same timings.
 ///
-/// The defaults are chosen for loopback or a LAN and 2 shared cores:
-///
-/// - `heartbeat` 100 ms. openraft 0.9 gives each AppendEntries (a heartbeat or a batch of
-///   entries) the heartbeat interval as its deadline, and that must cover a round trip plus the
-///   follower's `fdatasync` (~0.2 ms here) even while another build keeps both cores busy and
-///   delays a task by tens of milliseconds; 10 messages a second per follower cost nothing.
-/// - election timeout 400–800 ms: at least four heartbeats go missing before a follower stands
-///   for election, so a leader stalled for a couple of them (CPU starvation, a long snapshot
-///   write) is not deposed, and the 400 ms spread makes split votes rare. A crashed leader is
-///   replaced in 1.3–1.4 s in the cluster tests (voters also keep the old leader's lease for
-///   `election_timeout_max`); the lock server extends sessions by
-///   [`RaftNode::failover_time`](crate::RaftNode::failover_time) after a leader change.
+/// The timings default to [`Timings::default`] (see [`Timings`] for what each trades and its
+/// bounds, checked when the node starts). The lock server extends sessions by
+/// [`RaftNode::failover_time`](crate::RaftNode::failover_time) after a leader change.
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct NodeConfig {
@@ -64,10 +56,11 @@ pub struct NodeConfig {
 
 impl Default for NodeConfig {
     fn default() -> Self {
+        let timings = Timings::default();
         Self {
-            heartbeat: Duration::from_millis(100),
-            election_timeout_min: Duration::from_millis(400),
-            election_timeout_max: Duration::from_millis(800),
+            heartbeat: timings.heartbeat,
+            election_timeout_min: timings.election_timeout_min,
+            election_timeout_max: timings.election_timeout_max,
             snapshot_after: 10_000,
             keep_after_snapshot: 1_000,
             snapshot_chunk_timeout: Duration::from_secs(2),
@@ -84,9 +77,37 @@ impl Default for NodeConfig {
 const SNAPSHOT_CHUNK: u64 = 1 << 20;
 
 impl NodeConfig {
+    /// The heartbeat and election timeout of these settings.
+    pub fn timings(&self) -> Timings {
+        Timings {
+            heartbeat: self.heartbeat,
+            election_timeout_min: self.election_timeout_min,
+            election_timeout_max: self.election_timeout_max,
+        }
+    }
+
+    /// The same settings with `timings`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use locksmith_raft::{NodeConfig, Timings};
+    /// let ms = Duration::from_millis;
+    /// let config = NodeConfig::default().with_timings(Timings::new(ms(100), ms(300), ms(600))?);
+    /// assert_eq!(config.election_timeout_max, ms(600));
+    /// # Ok::<(), locksmith_raft::TimingError>(())
+    /// ```
+    #[must_use]
+    pub fn with_timings(mut self, timings: Timings) -> Self {
+        self.heartbeat = timings.heartbeat;
+        self.election_timeout_min = timings.election_timeout_min;
+        self.election_timeout_max = timings.election_timeout_max;
+        self
+    }
+
     /// openraft's configuration for these settings.
     pub(crate) fn to_openraft(&self) -> Result<openraft::Config, StartError> {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        self.timings().check()?;
         if self.snapshot_after == 0 {
             return Err(StartError::Config("snapshot_after must be at least 1".into()));
         }

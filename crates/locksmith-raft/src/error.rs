@@ -33,6 +33,9 @@ pub enum StartError {
     /// The timeouts or snapshot settings are inconsistent.
     #[error("invalid raft configuration: {0}")]
     Config(String),
+    /// The heartbeat or election timeout is outside its bounds (see [`Timings`](crate::Timings)).
+    #[error("invalid raft timings: {0}")]
+    Timing(#[from] crate::timings::TimingError),
     /// The data directory could not be opened.
     #[error(transparent)]
     Store(#[from] StoreError),

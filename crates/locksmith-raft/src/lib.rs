@@ -105,13 +105,14 @@ pub mod error;
 #[cfg(feature = "test-fixture")]
 pub mod fixture;
 mod identity;
+pub mod latency;
 mod leadership;
 mod membership;
 pub mod network;
 mod node;
 pub mod state_machine;
 pub mod store;
-pub mod timing;
+mod timings;
 pub mod types;
 
 pub use config::NodeConfig;
@@ -134,6 +135,7 @@ pub use node::RaftNode;
 pub use node::MAX_COMMAND;
 pub use state_machine::Replica;
 pub use state_machine::Replicated;
+pub use timings::{TimingError, Timings, ELECTION_HEARTBEATS, MAX_ELECTION_TIMEOUT, MIN_HEARTBEAT};
 pub use types::Command;
 pub use types::Node;
 pub use types::NodeId;

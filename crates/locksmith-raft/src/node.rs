@@ -430,22 +430,23 @@ impl<M> RaftNode<M> {
         self.raft.metrics()
     }
 
-    /// The longest a follower waits for a leader before standing for election
-    /// ([`NodeConfig::election_timeout_max`]). It is also the leader lease of openraft 0.9:
-    /// a voter that heard from a leader within it refuses to vote for another candidate.
+    /// The longest election timeout ([`NodeConfig::election_timeout_max`]). It is also the
+    /// leader lease of openraft 0.9: a voter that heard from a leader within it refuses to vote
+    /// for another candidate, and a follower stands for election only after the lease plus its
+    /// own random timeout.
     pub fn election_timeout(&self) -> Duration {
         self.election_timeout
     }
 
     /// How long a cluster is typically without a serving leader after its leader fails:
-    /// voters keep the old leader's lease for one [`election_timeout`](Self::election_timeout)
-    /// after its last heartbeat, so a candidate that stood earlier is refused and stands again
-    /// after another one; then the new leader commits its first entry (a heartbeat interval is
-    /// ample on a LAN). `2 × election_timeout_max + heartbeat`: 1.7 s with the defaults, where
-    /// the cluster tests measure 1.3–1.4 s. After a leader change, extend every lease by at
-    /// least this (Chubby's grace period): clients may have been unable to renew for that
-    /// long. Not a hard bound: Raft guarantees no election time (split votes repeat, a
-    /// partition lasts as long as it lasts).
+    /// a follower stands for election once it heard nothing for the old leader's lease (one
+    /// [`election_timeout`](Self::election_timeout)) plus its random election timeout (less
+    /// than another one), then the new leader commits its first entry (a heartbeat interval is
+    /// ample on a LAN). `2 × election_timeout_max + heartbeat` of the node's own
+    /// [`Timings`](crate::Timings): 850 ms with the defaults. After a leader change, extend
+    /// every lease by at least this (Chubby's grace period): clients may have been unable to
+    /// renew for that long. Not a hard bound: Raft guarantees no election time (split votes
+    /// repeat, a partition lasts as long as it lasts).
     pub fn failover_time(&self) -> Duration {
         2 * self.election_timeout + self.heartbeat
     }

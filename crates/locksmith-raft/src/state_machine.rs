@@ -171,7 +171,7 @@ impl<M: Replicated> RaftStateMachine<TypeConfig> for StateMachine<M> {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let started = crate::timing::start();
+        let started = crate::latency::start();
         let mut r = lock(&self.replica)?;
         let mut n = 0;
         for entry in entries {
@@ -183,7 +183,7 @@ impl<M: Replicated> RaftStateMachine<TypeConfig> for StateMachine<M> {
             r.applied = Some(entry.log_id);
             n += 1;
         }
-        crate::timing::done(started, "apply", n);
+        crate::latency::done(started, "apply", n);
         Ok(vec![(); n])
     }
 

@@ -415,13 +415,7 @@ impl NativeCluster {
             .args(membership)
             .args(&auth)
             .args(&serve_args)
-            // LOCKSMITH_NODE_LOG replaces the filter, e.g. `info,locksmith::timing=trace` for
-            // the replicated path's per-stage timings (docs/benchmarks.md, issue 27).
-            .env(
-                "LOCKSMITH_LOG",
-                std::env::var("LOCKSMITH_NODE_LOG")
-                    .unwrap_or_else(|_| "info,openraft=warn,h2=warn,tower=warn,hyper=warn".into()),
-            )
+            .env("LOCKSMITH_LOG", node_log_filter())
             .stdin(Stdio::null());
         if let Some(routes) = routes {
             cmd.arg("--routes").arg(routes);
@@ -446,6 +440,15 @@ impl NativeCluster {
         node.watchdog = Some(watchdog("locksmith node", p.pid(), node.dir.path()));
         node.process = Some(p);
     }
+}
+
+/// The nodes' `LOCKSMITH_LOG`: `LOCKSMITH_TEST_NODE_LOG` when set (e.g. openraft's election
+/// lines for a fail-over's breakdown: `info,openraft::engine=info,openraft::core=info`, or
+/// `info,locksmith::timing=trace` for the replicated path's per-stage timings), else
+/// the server's info lines without openraft's routine noise.
+fn node_log_filter() -> String {
+    std::env::var("LOCKSMITH_TEST_NODE_LOG")
+        .unwrap_or_else(|_| "info,openraft=warn,h2=warn,tower=warn,hyper=warn".to_string())
 }
 
 /// Writes a fresh random cluster secret to `dir/cluster.secret`, readable by this user only, and

@@ -271,9 +271,9 @@ impl RaftNetwork<TypeConfig> for PeerClient {
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         let entries = rpc.entries.len() as u64;
-        let started = crate::timing::start();
+        let started = crate::latency::start();
         let result = self.call(Rpc::AppendEntries, &rpc, &option).await;
-        crate::timing::done(started, "append_entries_rpc", rpc.entries.len());
+        crate::latency::done(started, "append_entries_rpc", rpc.entries.len());
         match result {
             // A batch that cannot make it within the deadline (the heartbeat interval) never
             // will: ask openraft for smaller ones rather than resend it forever.

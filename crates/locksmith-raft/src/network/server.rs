@@ -158,11 +158,11 @@ fn reply<T: Serialize>(result: &T) -> Result<Response<RaftReply>, Status> {
 #[tonic::async_trait]
 impl pb::raft_server::Raft for RaftService {
     async fn append_entries(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
-        let started = crate::timing::start();
+        let started = crate::latency::start();
         let req = self.decode::<AppendEntriesRequest<TypeConfig>>("append_entries", request)?;
         let entries = req.entries.len();
         let result = reply(&self.raft.append_entries(req).await);
-        crate::timing::done(started, "follower_append_entries", entries);
+        crate::latency::done(started, "follower_append_entries", entries);
         result
     }
 

@@ -141,17 +141,17 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let started = crate::timing::start();
+        let started = crate::latency::start();
         let file = {
             let mut log = lock(&self.log)?;
             log.append(entries).map_err(|e| StorageIOError::write_logs(&e))?;
             log.file()
         };
-        crate::timing::done(started, "log_write", 0);
+        crate::latency::done(started, "log_write", 0);
         // Readable now; durable, and acknowledged to openraft, once synced (see `sync`).
-        let started = crate::timing::start();
+        let started = crate::latency::start();
         self.syncer.submit(file, Done::Flushed(callback));
-        crate::timing::done(started, "log_sync", 0);
+        crate::latency::done(started, "log_sync", 0);
         Ok(())
     }
 

@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use locksmith_raft::{timing, RaftNode, MAX_COMMAND};
+use locksmith_raft::{latency, RaftNode, MAX_COMMAND};
 use tokio::sync::mpsc;
 
 use super::replica::ReplicaMachine;
@@ -29,10 +29,10 @@ async fn commit_loop(node: Arc<RaftNode<ReplicaMachine>>, mut rx: mpsc::Unbounde
             msgs.extend(m);
             replies.extend(a);
         }
-        let started = timing::start();
+        let started = latency::start();
         let committed =
             if records.is_empty() { node.barrier().await.map(|_| ()) } else { write(&node, &records).await };
-        timing::done(started, if records.is_empty() { "barrier" } else { "commit" }, records.len());
+        latency::done(started, if records.is_empty() { "barrier" } else { "commit" }, records.len());
         match committed {
             Ok(()) => {
                 for (out, m) in msgs {

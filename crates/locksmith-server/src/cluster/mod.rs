@@ -94,6 +94,12 @@ pub struct ClusterOptions {
     /// Accept Raft calls that carry no node proof (one with a wrong proof is still refused):
     /// only while a running cluster is upgraded to node authentication, one node at a time.
     pub accept_unauthenticated_peers: bool,
+    /// The leader's heartbeat interval (`--heartbeat`); `None`: the default. Every node of a
+    /// cluster should use the same; see `locksmith_raft::Timings` for the bounds and trades.
+    pub heartbeat: Option<std::time::Duration>,
+    /// The election timeout's range `(min, max)` (`--election-timeout MIN..MAX`); `None`: the
+    /// default.
+    pub election_timeout: Option<(std::time::Duration, std::time::Duration)>,
 }
 
 /// Checks a node's address as the peers will dial it: `HOST:PORT`, the host a name or an IP
@@ -129,7 +135,27 @@ impl ClusterOptions {
     /// Node `node_id` of the cluster `peers`: with a data directory that holds no cluster yet,
     /// it forms one with them (see [`RaftNode::start`](locksmith_raft::RaftNode::start)).
     pub fn new(node_id: u64, peers: BTreeMap<u64, String>) -> Self {
-        Self { node_id, peers, routes: BTreeMap::new(), secret: None, accept_unauthenticated_peers: false }
+        Self {
+            node_id,
+            peers,
+            routes: BTreeMap::new(),
+            secret: None,
+            accept_unauthenticated_peers: false,
+            heartbeat: None,
+            election_timeout: None,
+        }
+    }
+
+    /// The same options with another heartbeat and/or election timeout (`None`: the default),
+    /// checked when the node starts.
+    pub fn timings(
+        mut self,
+        heartbeat: Option<std::time::Duration>,
+        election_timeout: Option<(std::time::Duration, std::time::Duration)>,
+    ) -> Self {
+        self.heartbeat = heartbeat;
+        self.election_timeout = election_timeout;
+        self
     }
 
     /// The same options with the cluster secret.

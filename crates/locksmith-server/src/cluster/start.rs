@@ -30,6 +30,13 @@ pub(crate) fn peer_ca(opts: &ServeOptions) -> Result<Option<locksmith_raft::Peer
     }
 }
 
+/// The node's heartbeat and election timeout, checked (`ServerError::Config` naming the option
+/// at fault, as `locksmith serve` spells it).
+pub(crate) fn timings(cluster: &ClusterOptions) -> Result<locksmith_raft::Timings, ServerError> {
+    locksmith_raft::Timings::with(cluster.heartbeat, cluster.election_timeout)
+        .map_err(|e| ServerError::Config(format!("--{}: {e}", e.option())))
+}
+
 /// Starts this node's Raft node in `<data-dir>/raft`; over TLS to its peers when the server
 /// serves TLS (its own certificate as the client certificate; the peers' authority is its
 /// `--peer-ca`, or without one its `--client-ca`: every node's certificate must be signed by it).
@@ -43,7 +50,8 @@ pub(crate) async fn start_raft(
             "a cluster replicates every grant: --durability leases is for a single node".into(),
         ));
     }
-    let mut config = locksmith_raft::NodeConfig::default();
+    let timings = timings(cluster)?;
+    let mut config = locksmith_raft::NodeConfig::default().with_timings(timings);
     if let Some(tls) = &opts.tls {
         let ca = match (&tls.peer_ca, &tls.client_ca) {
             // While upgrading to node certificates, the peers not yet restarted still serve the
@@ -113,6 +121,7 @@ pub(crate) async fn start_raft(
             ServerError::NoSpace { path: opts.data_dir.clone(), source }
         }
         locksmith_raft::StartError::Config(m) => ServerError::Config(m),
+        locksmith_raft::StartError::Timing(e) => ServerError::Config(format!("--{}: {e}", e.option())),
         other => ServerError::Failed(format!("raft: {other}")),
     })?;
     if cluster.peers.is_empty() && node.cluster().nodes.is_empty() {

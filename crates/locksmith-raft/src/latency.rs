@@ -11,9 +11,9 @@ pub const TARGET: &str = "locksmith::timing";
 /// When the timed stage started, if timings are on.
 ///
 /// ```
-/// let started = locksmith_raft::timing::start();
+/// let started = locksmith_raft::latency::start();
 /// // … the stage …
-/// locksmith_raft::timing::done(started, "example", 1);
+/// locksmith_raft::latency::done(started, "example", 1);
 /// ```
 #[must_use]
 pub fn start() -> Option<Instant> {
@@ -24,7 +24,7 @@ pub fn start() -> Option<Instant> {
 /// many log entries it handled (0 when that does not apply).
 ///
 /// ```
-/// locksmith_raft::timing::done(locksmith_raft::timing::start(), "example", 0);
+/// locksmith_raft::latency::done(locksmith_raft::latency::start(), "example", 0);
 /// ```
 pub fn done(started: Option<Instant>, stage: &'static str, entries: usize) {
     if let Some(t) = started {

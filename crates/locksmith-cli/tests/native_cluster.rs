@@ -219,6 +219,11 @@ async fn hung_nodes_cost_a_fraction_of_a_second_and_cluster_status_marks_them() 
     c.resume(f1);
     c.resume(f2);
     std::thread::sleep(Duration::from_millis(500));
+    // Resumed followers find their election timers long run out and may stand before the next
+    // heartbeat reaches them (more likely with short timeouts): ask who leads now.
+    let leader = c.wait_for_leader(Duration::from_secs(10));
+    let followers: Vec<u64> = c.ids().into_iter().filter(|id| *id != leader).collect();
+    let (f1, f2) = (followers[0], followers[1]);
     c.pause(leader);
     c.pause(f1);
     let (code, s, took, err) = cluster_status(&url(&[leader, f1, f2]), "1s");

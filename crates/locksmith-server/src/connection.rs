@@ -162,10 +162,14 @@ pub(crate) async fn serve_stream_as<S>(
     }
     let Ok(Some(session)) = opened.await else { return };
     let mut changes = caller.recheck.as_ref().map(Recheck::changes);
+    // One wait for an overflow across all messages: made anew for each, it would join and
+    // leave the outbox's waiter list (a lock each way) per message.
+    let overflowed = watch.overflowed();
+    tokio::pin!(overflowed);
     loop {
         let next = tokio::select! {
             biased;
-            end = watch.overflowed() => {
+            end = &mut overflowed => {
                 let principal = caller.principal.as_ref().map_or("-", |p| p.name.as_str());
                 tracing::warn!(session, principal, peer = ?caller.peer, "{end}");
                 break;

@@ -446,10 +446,15 @@ impl Actor {
             self.telemetry.effect(&e);
             // The event log (an audit trail at debug level): who got which token, whose session
             // ran out.
-            let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
             match e {
-                Effect::Granted { token, .. } => tracing::debug!(session, principal, token, "granted (queued)"),
+                Effect::Granted { token, .. } => {
+                    if event_log() {
+                        let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
+                        tracing::debug!(session, principal, token, "granted (queued)");
+                    }
+                }
                 Effect::Expired { .. } => {
+                    let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
                     tracing::debug!(session, principal, "session expired");
                     self.principals.remove(&session);
                     self.clients.remove(session);
@@ -696,12 +701,14 @@ impl Actor {
                 Err(r) => Reply::Refused(r),
             },
             Ok(Request::Acquire { name, owner, wait, lock_delay, mode, value }) => {
-                let lock = name.as_str().to_string();
+                // The event log's copy of the name, only when the event log is on: the grant
+                // path does not pay for a line nobody writes.
+                let lock = event_log().then(|| name.as_str().to_string());
                 let cmd = Acquire { session, request: id, name, owner, wait, lock_delay, mode, value };
                 match self.machine.acquire(t, cmd) {
                     Ok(outcome) => {
                         self.telemetry.acquired(session, id, outcome);
-                        if let AcquireOutcome::Granted(token) = outcome {
+                        if let (AcquireOutcome::Granted(token), Some(lock)) = (outcome, lock) {
                             let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
                             tracing::debug!(session, principal, lock, token, "granted");
                         }
@@ -714,12 +721,14 @@ impl Actor {
                 }
             }
             Ok(Request::Release { name, owner, token }) => {
-                let lock = name.as_str().to_string();
+                let lock = event_log().then(|| name.as_str().to_string());
                 let was_held = self.machine.release(t, Release { session, name, owner, token });
                 if was_held {
                     self.telemetry.released();
-                    let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
-                    tracing::debug!(session, principal, lock, token, "released");
+                    if let Some(lock) = lock {
+                        let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
+                        tracing::debug!(session, principal, lock, token, "released");
+                    }
                 }
                 Reply::Released { was_held }
             }
@@ -747,6 +756,12 @@ impl Actor {
             self.send(session, m);
         }
     }
+}
+
+/// Whether the event log (debug level, see `crate::telemetry`) is written: what only it needs
+/// is not looked up or copied otherwise.
+fn event_log() -> bool {
+    tracing::enabled!(tracing::Level::DEBUG)
 }
 
 /// Resolves when a cluster node's leadership changes; never for a single node.

@@ -242,9 +242,19 @@ struct Log {
     valid: u64,
 }
 
-/// Appends one framed record to `buf`.
+/// Appends one framed record to `buf` ([`frame::encode`]'s bytes): the payload is encoded in
+/// place behind a header filled in after it, not into a buffer of its own first.
 pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
-    frame::encode(&pb_impl::to_wal(record).encode_to_vec(), buf);
+    let msg = pb_impl::to_wal(record);
+    let at = buf.len();
+    let len = msg.encoded_len();
+    buf.reserve(frame::HEADER + len);
+    buf.extend_from_slice(&[0; frame::HEADER]);
+    msg.encode_raw(buf);
+    let payload = &buf[at + frame::HEADER..];
+    let header =
+        [u32::try_from(payload.len()).unwrap_or(u32::MAX).to_le_bytes(), crc32fast::hash(payload).to_le_bytes()];
+    buf[at..at + frame::HEADER].copy_from_slice(header.as_flattened());
 }
 
 /// Why the bytes at some offset are not one whole record. The log and a replicated command
@@ -382,6 +392,18 @@ mod tests {
             encode_into(r, &mut buf);
         }
         buf
+    }
+
+    /// Records are framed in place exactly as `locksmith-disk` frames a payload.
+    #[test]
+    fn a_record_is_framed_as_the_disk_crate_frames_it() {
+        for r in sample() {
+            let mut framed = vec![7u8];
+            frame::encode(&pb_impl::to_wal(&r).encode_to_vec(), &mut framed);
+            let mut direct = vec![7u8];
+            encode_into(&r, &mut direct);
+            assert_eq!(direct, framed, "{r:?}");
+        }
     }
 
     #[test]

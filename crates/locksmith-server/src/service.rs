@@ -326,11 +326,22 @@ struct Actor {
 impl Actor {
     async fn run(mut self, mut rx: mpsc::Receiver<Command>, stop: Arc<tokio::sync::Notify>) -> Result<(), ServerError> {
         let far = Duration::from_secs(86_400);
+        // One timer and one stop wait for the task's life, moved only when the next deadline
+        // does (a session opened or kept alive): made anew for each batch, they would join and
+        // leave the timer wheel and the stop's waiter list (a lock each way) per request.
+        let mut idle_until = tokio::time::Instant::from_std(now() + far);
+        let wake = tokio::time::sleep_until(idle_until);
+        tokio::pin!(wake);
+        let stopped = stop.notified();
+        tokio::pin!(stopped);
         loop {
-            let wake = self.machine.next_deadline().unwrap_or_else(|| now() + far);
+            let next = self.machine.next_deadline().map_or(idle_until, tokio::time::Instant::from_std);
+            if wake.deadline() != next {
+                wake.as_mut().reset(next);
+            }
             tokio::select! {
                 biased;
-                _ = stop.notified() => break,
+                () = &mut stopped => break,
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break };
                     self.handle(cmd);
@@ -343,8 +354,12 @@ impl Actor {
                         n += 1;
                     }
                 }
-                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
-                    self.machine.tick(now());
+                () = &mut wake => {
+                    let t = now();
+                    if wake.deadline() == idle_until {
+                        idle_until = tokio::time::Instant::from_std(t + far);
+                    }
+                    self.machine.tick(t);
                     self.collect();
                 }
                 _ = leadership_changed(&mut self.cluster) => self.follow_leadership().await,

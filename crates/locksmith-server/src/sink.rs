@@ -168,6 +168,8 @@ fn write_loop(
 ) -> Result<(), ServerError> {
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut jobs = Vec::new();
+    // The messages of one round, kept across rounds with their capacity.
+    let mut out = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         jobs.push(first);
         while let Ok(more) = rx.try_recv() {
@@ -177,7 +179,6 @@ fn write_loop(
         // A new token floor in this round: written to `tokens` once the log is synced, before
         // any answer that may carry a token above the old floor goes out.
         let mut floor = None;
-        let mut out = Vec::new();
         let mut delivered = 0;
         let mut records = 0;
         // The oldest batch whose messages wait for this write: how long the disk held them up.
@@ -227,7 +228,7 @@ fn write_loop(
             dir.raise_floor(upto, file.len())?;
         }
         // Never waits for a client: a full outbox ends its stream instead (see `outbox`).
-        for (o, m) in out {
+        for (o, m) in out.drain(..) {
             o.deliver(m);
         }
         if let (true, Some(oldest)) = (sync, oldest) {

@@ -20,6 +20,7 @@ use crate::cluster::Role;
 #[cfg(feature = "cluster")]
 use crate::cluster::{Change, ReplicaMachine};
 use crate::error::ServerError;
+use crate::machine::ids::IdMap;
 use crate::machine::{
     Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
     StatusPage,
@@ -144,11 +145,12 @@ impl Service {
         let actor = Actor {
             machine,
             sink,
-            conns: HashMap::new(),
+            conns: IdMap::default(),
             msgs: Vec::new(),
             replies: Vec::new(),
             records: Vec::new(),
-            principals: HashMap::new(),
+            effects: Vec::new(),
+            principals: IdMap::default(),
             observers: HashMap::new(),
             clients: crate::clients::Clients::new(per_client),
             telemetry: Default::default(),
@@ -305,14 +307,17 @@ const MAX_BATCH: usize = 512;
 struct Actor {
     machine: Machine,
     sink: Sink,
-    conns: HashMap<SessionId, (u64, Outbox)>,
+    conns: IdMap<(u64, Outbox)>,
     /// Messages for the current batch, in order.
     msgs: Vec<(Outbox, ServerMessage)>,
     /// Status pages for the current batch (see [`Sink::submit`]).
     replies: Vec<crate::sink::Reply>,
     records: Vec<Record>,
+    /// What the machine did on its own, between [`Machine::move_effects_to`] and its
+    /// messages (empty outside `collect`).
+    effects: Vec<Effect>,
     /// Who opened each session (with an auth policy), for the event log.
-    principals: HashMap<SessionId, String>,
+    principals: IdMap<String>,
     /// Observe streams by lock.
     observers: HashMap<Box<str>, Vec<Outbox>>,
     /// Live sessions per client.
@@ -452,11 +457,14 @@ impl Actor {
     /// Moves what the machine emitted into the current batch, in order, and tells the observers
     /// of the locks whose holders changed (after the records, so once they are durable).
     fn collect(&mut self) {
-        self.records.extend(self.machine.take_records());
+        self.machine.move_records_to(&mut self.records);
         for name in self.machine.take_changed() {
             self.notify(&name);
         }
-        for e in self.machine.take_effects() {
+        // The effects pass through a buffer kept with its capacity across batches.
+        let mut effects = std::mem::take(&mut self.effects);
+        self.machine.move_effects_to(&mut effects);
+        for e in effects.drain(..) {
             let (session, m) = pb_impl::effect_message(&e);
             self.telemetry.effect(&e);
             // The event log (an audit trail at debug level): who got which token, whose session
@@ -481,6 +489,7 @@ impl Actor {
                 self.conns.remove(&session);
             }
         }
+        self.effects = effects;
     }
 
     /// Sends `name`'s state to each of its observers; forgets the ones that went away.
@@ -799,11 +808,12 @@ mod tests {
         Actor {
             machine,
             sink: Sink::Direct,
-            conns: HashMap::new(),
+            conns: IdMap::default(),
             msgs: Vec::new(),
             replies: Vec::new(),
             records: Vec::new(),
-            principals: HashMap::new(),
+            effects: Vec::new(),
+            principals: IdMap::default(),
             observers: HashMap::new(),
             clients: crate::clients::Clients::new(usize::MAX),
             telemetry: Default::default(),

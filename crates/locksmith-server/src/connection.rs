@@ -162,10 +162,14 @@ pub(crate) async fn serve_stream_as<S>(
     }
     let Ok(Some(session)) = opened.await else { return };
     let mut changes = caller.recheck.as_ref().map(Recheck::changes);
+    // One wait for an overflow across all messages: made anew for each, it would join and
+    // leave the outbox's waiter list (a lock each way) per message.
+    let overflowed = watch.overflowed();
+    tokio::pin!(overflowed);
     loop {
         let next = tokio::select! {
             biased;
-            end = watch.overflowed() => {
+            end = &mut overflowed => {
                 let principal = caller.principal.as_ref().map_or("-", |p| p.name.as_str());
                 tracing::warn!(session, principal, peer = ?caller.peer, "{end}");
                 break;
@@ -292,6 +296,42 @@ mod tests {
         tx.send(Err(InboundError::Broken("reset".into()))).unwrap();
         assert!(matches!(next(&mut s).await, Some(Ok(_))));
         assert!(next(&mut s).await.is_none());
+    }
+
+    /// A lease runs out on time with no request arriving, also when a later session's shorter
+    /// lease moved the service's next deadline earlier: its waiter is granted by the timer.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_runs_out_on_time_without_any_request() {
+        let service = Service::start_in_memory(Limits::default());
+        let open_for = |tx: &Inbound, ttl_ms: u64| {
+            let open = locksmith_proto::Open { ttl_ms, ..Default::default() };
+            tx.send(Ok(ClientMessage { id: 1, body: Some(In::Open(open)) })).unwrap();
+        };
+        let acquire = |tx: &Inbound, owner: &str| {
+            let a =
+                locksmith_proto::Acquire { name: "x".into(), owner: owner.into(), wait: true, ..Default::default() };
+            tx.send(Ok(ClientMessage { id: 2, body: Some(In::Acquire(a)) })).unwrap();
+        };
+        let (waiter, mut waiter_out) = stream(&service, None);
+        open_for(&waiter, 60_000);
+        assert!(matches!(next(&mut waiter_out).await, Some(Ok(m)) if matches!(m.body, Some(Out::Opened(_)))));
+        let (holder, mut holder_out) = stream(&service, None);
+        open_for(&holder, 2_000);
+        assert!(matches!(next(&mut holder_out).await, Some(Ok(m)) if matches!(m.body, Some(Out::Opened(_)))));
+        acquire(&holder, "h");
+        assert!(matches!(next(&mut holder_out).await, Some(Ok(m)) if matches!(m.body, Some(Out::Granted(_)))));
+        acquire(&waiter, "w");
+
+        tokio::time::sleep(Duration::from_millis(1_900)).await;
+        assert!(
+            tokio::time::timeout(Duration::ZERO, waiter_out.next()).await.is_err(),
+            "granted before the lease ran out"
+        );
+        let granted = tokio::time::timeout(Duration::from_millis(200), waiter_out.next()).await;
+        assert!(
+            matches!(granted, Ok(Some(Ok(ref m))) if m.id == 2 && matches!(m.body, Some(Out::Granted(ref g)) if g.queued)),
+            "{granted:?}"
+        );
     }
 
     /// Without `open` in time the stream ends with [`StreamEnd::NoOpen`]; without a limit

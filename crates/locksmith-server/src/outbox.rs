@@ -11,7 +11,7 @@
 //! sender ([`From`]): their reader is the same process, which does not stall on purpose.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -26,21 +26,23 @@ use tokio::sync::{mpsc, Notify};
 pub(crate) const DEFAULT_CAPACITY: usize = 1024;
 
 /// The sending side of a session stream; cheap to clone.
+///
+/// A bounded outbox counts its queued messages itself over an unbounded channel (the count
+/// goes up before a message is queued, down when the stream takes it): tokio's bounded channel
+/// would give back a permit under a lock for every message taken, and the writers never wait
+/// for room anyway.
 #[derive(Clone)]
 pub struct Outbox {
-    tx: Tx,
+    tx: mpsc::UnboundedSender<ServerMessage>,
+    bounded: bool,
     shared: Arc<Shared>,
-}
-
-#[derive(Clone)]
-enum Tx {
-    Bounded(mpsc::Sender<ServerMessage>),
-    Unbounded(mpsc::UnboundedSender<ServerMessage>),
 }
 
 #[derive(Debug)]
 struct Shared {
     capacity: usize,
+    /// Messages queued and not yet taken by the stream (bounded outboxes only).
+    queued: AtomicUsize,
     /// Set by the first message that did not fit; nothing is queued after it.
     overflowed: AtomicBool,
     /// Wakes the stream's connection task when the outbox overflowed.
@@ -81,43 +83,40 @@ impl Outbox {
     /// A bounded outbox holding up to `capacity` messages (at least 1), and its receiving end.
     pub fn bounded(capacity: usize) -> (Self, OutboxStream) {
         let capacity = capacity.max(1);
-        let (tx, rx) = mpsc::channel(capacity);
+        let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::new(capacity));
-        (Self { tx: Tx::Bounded(tx), shared: shared.clone() }, OutboxStream { rx: Some(rx), shared, done: false })
+        (Self { tx, bounded: true, shared: shared.clone() }, OutboxStream { rx: Some(rx), shared, done: false })
     }
 
     /// Queues `m` without waiting. If the outbox is full the message is dropped, the outbox is
     /// marked overflowed (its stream is then ended) and `false` is returned; a closed stream
     /// also returns `false`.
     pub(crate) fn deliver(&self, m: ServerMessage) -> bool {
-        match &self.tx {
-            Tx::Unbounded(tx) => tx.send(m).is_ok(),
-            Tx::Bounded(tx) => {
-                if self.shared.overflowed.load(Ordering::Acquire) {
-                    return false;
-                }
-                match tx.try_send(m) {
-                    Ok(()) => true,
-                    Err(mpsc::error::TrySendError::Closed(_)) => false,
-                    Err(mpsc::error::TrySendError::Full(_)) => {
-                        if !self.shared.overflowed.swap(true, Ordering::AcqRel) {
-                            crate::telemetry::outbox_disconnect();
-                            self.shared.overflow.notify_one();
-                        }
-                        false
-                    }
-                }
-            }
+        if !self.bounded {
+            return self.tx.send(m).is_ok();
         }
+        let shared = &self.shared;
+        if shared.overflowed.load(Ordering::Acquire) {
+            return false;
+        }
+        if shared.queued.fetch_add(1, Ordering::AcqRel) >= shared.capacity {
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            if !shared.overflowed.swap(true, Ordering::AcqRel) {
+                crate::telemetry::outbox_disconnect();
+                shared.overflow.notify_one();
+            }
+            return false;
+        }
+        if self.tx.send(m).is_err() {
+            shared.queued.fetch_sub(1, Ordering::AcqRel);
+            return false;
+        }
+        true
     }
 
     /// Whether nothing reaches the stream any more: its receiver is gone, or it overflowed.
     pub(crate) fn is_closed(&self) -> bool {
-        self.shared.overflowed.load(Ordering::Acquire)
-            || match &self.tx {
-                Tx::Bounded(tx) => tx.is_closed(),
-                Tx::Unbounded(tx) => tx.is_closed(),
-            }
+        self.shared.overflowed.load(Ordering::Acquire) || self.tx.is_closed()
     }
 
     /// A handle on the outbox's state that holds no sender: the stream still ends when every
@@ -160,22 +159,27 @@ impl OutboxWatch {
 
 impl Shared {
     fn new(capacity: usize) -> Self {
-        Self { capacity, overflowed: AtomicBool::new(false), overflow: Notify::new(), end: Mutex::new(None) }
+        Self {
+            capacity,
+            queued: AtomicUsize::new(0),
+            overflowed: AtomicBool::new(false),
+            overflow: Notify::new(),
+            end: Mutex::new(None),
+        }
     }
 }
 
 /// An unbounded outbox over `tx` (`memory://`, tests).
 impl From<mpsc::UnboundedSender<ServerMessage>> for Outbox {
     fn from(tx: mpsc::UnboundedSender<ServerMessage>) -> Self {
-        Self { tx: Tx::Unbounded(tx), shared: Arc::new(Shared::new(usize::MAX)) }
+        Self { tx, bounded: false, shared: Arc::new(Shared::new(usize::MAX)) }
     }
 }
 
 impl std::fmt::Debug for Outbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let bounded = matches!(self.tx, Tx::Bounded(_));
         f.debug_struct("Outbox")
-            .field("bounded", &bounded)
+            .field("bounded", &self.bounded)
             .field("overflowed", &self.shared.overflowed.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -186,7 +190,7 @@ impl std::fmt::Debug for Outbox {
 /// (a client that reads again resumes its session and asks anew).
 #[derive(Debug)]
 pub struct OutboxStream {
-    rx: Option<mpsc::Receiver<ServerMessage>>,
+    rx: Option<mpsc::UnboundedReceiver<ServerMessage>>,
     shared: Arc<Shared>,
     done: bool,
 }
@@ -206,7 +210,10 @@ impl Stream for OutboxStream {
         }
         let Some(rx) = this.rx.as_mut() else { return Poll::Ready(None) };
         match rx.poll_recv(cx) {
-            Poll::Ready(Some(m)) => Poll::Ready(Some(Ok(m))),
+            Poll::Ready(Some(m)) => {
+                this.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                Poll::Ready(Some(Ok(m)))
+            }
             Poll::Ready(None) => {
                 this.done = true;
                 this.rx = None;
@@ -242,6 +249,21 @@ mod tests {
         assert_eq!(end, StreamEnd::NotReading { queued: 2 });
         assert!(end.to_string().starts_with("the client does not read its stream: 2 messages queued"), "{end}");
         assert!(rx.next().await.is_none());
+    }
+
+    /// The bound counts what is queued, not what was ever sent: a client that reads makes room
+    /// again, however many messages its stream carries in all.
+    #[tokio::test]
+    async fn a_read_message_makes_room_for_the_next() {
+        let (out, mut rx) = Outbox::bounded(2);
+        for id in 0..100 {
+            assert!(out.deliver(msg(id)), "message {id} did not fit");
+            assert!(out.deliver(msg(1000 + id)));
+            assert_eq!(rx.next().await.unwrap().unwrap().id, id);
+            assert_eq!(rx.next().await.unwrap().unwrap().id, 1000 + id);
+        }
+        assert!(out.deliver(msg(1)) && out.deliver(msg(2)));
+        assert!(!out.deliver(msg(3)), "a third message fit into an outbox of 2");
     }
 
     /// A reason given by the connection comes after the messages already queued, once every

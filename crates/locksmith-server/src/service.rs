@@ -20,6 +20,7 @@ use crate::cluster::Role;
 #[cfg(feature = "cluster")]
 use crate::cluster::{Change, ReplicaMachine};
 use crate::error::ServerError;
+use crate::machine::ids::IdMap;
 use crate::machine::{
     Acquire, AcquireOutcome, Durability, Effect, Limits, LockName, LockView, Machine, Record, Release, SessionId,
     StatusPage,
@@ -144,11 +145,12 @@ impl Service {
         let actor = Actor {
             machine,
             sink,
-            conns: HashMap::new(),
+            conns: IdMap::default(),
             msgs: Vec::new(),
             replies: Vec::new(),
             records: Vec::new(),
-            principals: HashMap::new(),
+            effects: Vec::new(),
+            principals: IdMap::default(),
             observers: HashMap::new(),
             clients: crate::clients::Clients::new(per_client),
             telemetry: Default::default(),
@@ -305,14 +307,17 @@ const MAX_BATCH: usize = 512;
 struct Actor {
     machine: Machine,
     sink: Sink,
-    conns: HashMap<SessionId, (u64, Outbox)>,
+    conns: IdMap<(u64, Outbox)>,
     /// Messages for the current batch, in order.
     msgs: Vec<(Outbox, ServerMessage)>,
     /// Status pages for the current batch (see [`Sink::submit`]).
     replies: Vec<crate::sink::Reply>,
     records: Vec<Record>,
+    /// What the machine did on its own, between [`Machine::move_effects_to`] and its
+    /// messages (empty outside `collect`).
+    effects: Vec<Effect>,
     /// Who opened each session (with an auth policy), for the event log.
-    principals: HashMap<SessionId, String>,
+    principals: IdMap<String>,
     /// Observe streams by lock.
     observers: HashMap<Box<str>, Vec<Outbox>>,
     /// Live sessions per client.
@@ -326,11 +331,22 @@ struct Actor {
 impl Actor {
     async fn run(mut self, mut rx: mpsc::Receiver<Command>, stop: Arc<tokio::sync::Notify>) -> Result<(), ServerError> {
         let far = Duration::from_secs(86_400);
+        // One timer and one stop wait for the task's life, moved only when the next deadline
+        // does (a session opened or kept alive): made anew for each batch, they would join and
+        // leave the timer wheel and the stop's waiter list (a lock each way) per request.
+        let mut idle_until = tokio::time::Instant::from_std(now() + far);
+        let wake = tokio::time::sleep_until(idle_until);
+        tokio::pin!(wake);
+        let stopped = stop.notified();
+        tokio::pin!(stopped);
         loop {
-            let wake = self.machine.next_deadline().unwrap_or_else(|| now() + far);
+            let next = self.machine.next_deadline().map_or(idle_until, tokio::time::Instant::from_std);
+            if wake.deadline() != next {
+                wake.as_mut().reset(next);
+            }
             tokio::select! {
                 biased;
-                _ = stop.notified() => break,
+                () = &mut stopped => break,
                 cmd = rx.recv() => {
                     let Some(cmd) = cmd else { break };
                     self.handle(cmd);
@@ -343,8 +359,12 @@ impl Actor {
                         n += 1;
                     }
                 }
-                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(wake)) => {
-                    self.machine.tick(now());
+                () = &mut wake => {
+                    let t = now();
+                    if wake.deadline() == idle_until {
+                        idle_until = tokio::time::Instant::from_std(t + far);
+                    }
+                    self.machine.tick(t);
                     self.collect();
                 }
                 _ = leadership_changed(&mut self.cluster) => self.follow_leadership().await,
@@ -437,19 +457,27 @@ impl Actor {
     /// Moves what the machine emitted into the current batch, in order, and tells the observers
     /// of the locks whose holders changed (after the records, so once they are durable).
     fn collect(&mut self) {
-        self.records.extend(self.machine.take_records());
+        self.machine.move_records_to(&mut self.records);
         for name in self.machine.take_changed() {
             self.notify(&name);
         }
-        for e in self.machine.take_effects() {
+        // The effects pass through a buffer kept with its capacity across batches.
+        let mut effects = std::mem::take(&mut self.effects);
+        self.machine.move_effects_to(&mut effects);
+        for e in effects.drain(..) {
             let (session, m) = pb_impl::effect_message(&e);
             self.telemetry.effect(&e);
             // The event log (an audit trail at debug level): who got which token, whose session
             // ran out.
-            let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
             match e {
-                Effect::Granted { token, .. } => tracing::debug!(session, principal, token, "granted (queued)"),
+                Effect::Granted { token, .. } => {
+                    if event_log() {
+                        let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
+                        tracing::debug!(session, principal, token, "granted (queued)");
+                    }
+                }
                 Effect::Expired { .. } => {
+                    let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
                     tracing::debug!(session, principal, "session expired");
                     self.principals.remove(&session);
                     self.clients.remove(session);
@@ -461,6 +489,7 @@ impl Actor {
                 self.conns.remove(&session);
             }
         }
+        self.effects = effects;
     }
 
     /// Sends `name`'s state to each of its observers; forgets the ones that went away.
@@ -696,12 +725,14 @@ impl Actor {
                 Err(r) => Reply::Refused(r),
             },
             Ok(Request::Acquire { name, owner, wait, lock_delay, mode, value }) => {
-                let lock = name.as_str().to_string();
+                // The event log's copy of the name, only when the event log is on: the grant
+                // path does not pay for a line nobody writes.
+                let lock = event_log().then(|| name.as_str().to_string());
                 let cmd = Acquire { session, request: id, name, owner, wait, lock_delay, mode, value };
                 match self.machine.acquire(t, cmd) {
                     Ok(outcome) => {
                         self.telemetry.acquired(session, id, outcome);
-                        if let AcquireOutcome::Granted(token) = outcome {
+                        if let (AcquireOutcome::Granted(token), Some(lock)) = (outcome, lock) {
                             let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
                             tracing::debug!(session, principal, lock, token, "granted");
                         }
@@ -714,12 +745,14 @@ impl Actor {
                 }
             }
             Ok(Request::Release { name, owner, token }) => {
-                let lock = name.as_str().to_string();
+                let lock = event_log().then(|| name.as_str().to_string());
                 let was_held = self.machine.release(t, Release { session, name, owner, token });
                 if was_held {
                     self.telemetry.released();
-                    let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
-                    tracing::debug!(session, principal, lock, token, "released");
+                    if let Some(lock) = lock {
+                        let principal = self.principals.get(&session).map(String::as_str).unwrap_or("-");
+                        tracing::debug!(session, principal, lock, token, "released");
+                    }
                 }
                 Reply::Released { was_held }
             }
@@ -749,6 +782,12 @@ impl Actor {
     }
 }
 
+/// Whether the event log (debug level, see `crate::telemetry`) is written: what only it needs
+/// is not looked up or copied otherwise.
+fn event_log() -> bool {
+    tracing::enabled!(tracing::Level::DEBUG)
+}
+
 /// Resolves when a cluster node's leadership changes; never for a single node.
 async fn leadership_changed(cluster: &mut Option<Role>) {
     match cluster {
@@ -769,11 +808,12 @@ mod tests {
         Actor {
             machine,
             sink: Sink::Direct,
-            conns: HashMap::new(),
+            conns: IdMap::default(),
             msgs: Vec::new(),
             replies: Vec::new(),
             records: Vec::new(),
-            principals: HashMap::new(),
+            effects: Vec::new(),
+            principals: IdMap::default(),
             observers: HashMap::new(),
             clients: crate::clients::Clients::new(usize::MAX),
             telemetry: Default::default(),

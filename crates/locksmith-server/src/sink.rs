@@ -32,8 +32,9 @@ pub(crate) type Batch = (Vec<Record>, Vec<(Outbox, ServerMessage)>, Vec<Reply>);
 const COMPACT_AT: u64 = 64 * 1024 * 1024;
 
 pub(crate) enum Job {
-    /// Records, the messages that wait for them, and when the batch was submitted.
-    Batch(Vec<Record>, Vec<(Outbox, ServerMessage)>, Instant),
+    /// Records, the messages that wait for them, and when the batch was submitted (only
+    /// timed with a metrics recorder, see [`crate::telemetry::recording`]).
+    Batch(Vec<Record>, Vec<(Outbox, ServerMessage)>, Option<Instant>),
     Compact(Vec<Record>),
 }
 
@@ -118,7 +119,8 @@ impl Sink {
                 if !msgs.is_empty() {
                     in_flight.fetch_add(1, Ordering::AcqRel);
                 }
-                let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs, Instant::now())).is_ok());
+                let submitted = crate::telemetry::recording().then(Instant::now);
+                let sent = tx.as_ref().is_some_and(|tx| tx.send(Job::Batch(records, msgs, submitted)).is_ok());
                 if !sent || failed.load(Ordering::SeqCst) {
                     // The writer's own error says why (a full disk is an exit code of its own).
                     return Err(match thread.take().map(std::thread::JoinHandle::join) {
@@ -166,6 +168,8 @@ fn write_loop(
 ) -> Result<(), ServerError> {
     let mut buf = Vec::with_capacity(64 * 1024);
     let mut jobs = Vec::new();
+    // The messages of one round, kept across rounds with their capacity.
+    let mut out = Vec::new();
     while let Some(first) = rx.blocking_recv() {
         jobs.push(first);
         while let Ok(more) = rx.try_recv() {
@@ -175,7 +179,6 @@ fn write_loop(
         // A new token floor in this round: written to `tokens` once the log is synced, before
         // any answer that may carry a token above the old floor goes out.
         let mut floor = None;
-        let mut out = Vec::new();
         let mut delivered = 0;
         let mut records = 0;
         // The oldest batch whose messages wait for this write: how long the disk held them up.
@@ -194,7 +197,9 @@ fn write_loop(
                     if !msgs.is_empty() {
                         delivered += 1;
                         out.extend(msgs);
-                        oldest.get_or_insert(submitted);
+                        if oldest.is_none() {
+                            oldest = submitted;
+                        }
                     }
                 }
                 Job::Compact(snapshot) => {
@@ -213,15 +218,17 @@ fn write_loop(
         // A compaction in this round cleared `sync` for what came before it; a new floor still
         // needs the log synced, because the floor file records how much of it is durable.
         if sync || floor.is_some() {
-            let started = Instant::now();
+            let started = crate::telemetry::recording().then(Instant::now);
             file.sync()?;
-            crate::telemetry::wal_sync(started.elapsed().as_secs_f64(), records);
+            if let Some(started) = started {
+                crate::telemetry::wal_sync(started.elapsed().as_secs_f64(), records);
+            }
         }
         if let Some(upto) = floor {
             dir.raise_floor(upto, file.len())?;
         }
         // Never waits for a client: a full outbox ends its stream instead (see `outbox`).
-        for (o, m) in out {
+        for (o, m) in out.drain(..) {
             o.deliver(m);
         }
         if let (true, Some(oldest)) = (sync, oldest) {

@@ -8,6 +8,7 @@
 //! their principal.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use metrics::{counter, gauge, histogram};
@@ -70,9 +71,22 @@ pub fn histogram_buckets() -> [(&'static str, &'static [f64]); 4] {
     ]
 }
 
-/// Registers every metric's help text with the installed recorder.
+/// Whether a recorder was installed ([`describe`]): only then are the clocks read that the
+/// histograms need (the time a wait began, when a batch was submitted, how long a sync took).
+/// The counters cost next to nothing without a recorder; the clocks and the map of waits
+/// would not.
+static RECORDING: AtomicBool = AtomicBool::new(false);
+
+/// Whether the histograms are recorded (see [`RECORDING`]).
+pub(crate) fn recording() -> bool {
+    RECORDING.load(Ordering::Relaxed)
+}
+
+/// Registers every metric's help text with the installed recorder, and from now on records
+/// the histograms too (call it once a recorder is installed).
 pub fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram, Unit};
+    RECORDING.store(true, Ordering::Relaxed);
     describe_counter!(GRANTS, "Locks granted, by kind: immediate (free) or queued (a waiter's turn came).");
     describe_counter!(RELEASES, "Holds released by their owner.");
     describe_counter!(SESSION_EXPIRIES, "Sessions whose lease ran out.");
@@ -225,9 +239,17 @@ pub(crate) fn restored(snapshot: &[Record]) {
 
 /// What the service task tracks for its metrics: when each queued acquire was queued. Entries
 /// leave on grant, cancel and session end, so it holds no more than the machine's waiters.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Telemetry {
     queued: HashMap<SessionId, HashMap<u64, Instant>>,
+    /// Whether waits are timed: [`recording`] (tests choose).
+    timed: fn() -> bool,
+}
+
+impl Default for Telemetry {
+    fn default() -> Self {
+        Self { queued: HashMap::new(), timed: recording }
+    }
 }
 
 impl Telemetry {
@@ -264,7 +286,9 @@ impl Telemetry {
             AcquireOutcome::Granted(_) => counter!(GRANTS, "kind" => "immediate").increment(1),
             AcquireOutcome::Queued => {
                 counter!(WAITS_QUEUED).increment(1);
-                self.queued.entry(session).or_default().insert(request, Instant::now());
+                if (self.timed)() {
+                    self.queued.entry(session).or_default().insert(request, Instant::now());
+                }
             }
             _ => {}
         }
@@ -275,6 +299,9 @@ impl Telemetry {
         match effect {
             Effect::Granted { session, request, .. } => {
                 counter!(GRANTS, "kind" => "queued").increment(1);
+                if !(self.timed)() {
+                    return;
+                }
                 let since = self.queued.get_mut(session).and_then(|waits| waits.remove(request));
                 if let Some(since) = since {
                     histogram!(WAIT_SECONDS).record(since.elapsed().as_secs_f64());
@@ -345,7 +372,7 @@ mod tests {
     /// the machine's queues.
     #[test]
     fn queued_waits_are_forgotten_when_they_end() {
-        let mut t = Telemetry::default();
+        let mut t = Telemetry { queued: HashMap::new(), timed: || true };
         t.acquired(1, 10, AcquireOutcome::Queued);
         t.acquired(1, 11, AcquireOutcome::Queued);
         t.acquired(2, 10, AcquireOutcome::Queued);
@@ -354,5 +381,16 @@ mod tests {
         assert!(t.queued.get(&1).is_none_or(HashMap::is_empty));
         t.effect(&Effect::Expired { session: 2 });
         assert!(!t.queued.contains_key(&2));
+    }
+
+    /// Without a recorder nobody reads the wait histogram: a queued acquire costs no clock read
+    /// and no entry.
+    #[test]
+    fn waits_are_not_timed_without_a_recorder() {
+        let mut t = Telemetry { queued: HashMap::new(), timed: || false };
+        t.acquired(1, 10, AcquireOutcome::Queued);
+        assert!(t.queued.is_empty());
+        t.effect(&Effect::Granted { session: 1, request: 10, token: 5 });
+        assert!(t.queued.is_empty());
     }
 }

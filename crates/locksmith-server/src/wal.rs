@@ -242,9 +242,18 @@ struct Log {
     valid: u64,
 }
 
-/// Appends one framed record to `buf`.
+/// Appends one framed record to `buf` ([`frame::encode`]'s bytes): the payload is encoded in
+/// place behind a header filled in after it, not into a buffer of its own first.
 pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
-    frame::encode(&pb_impl::to_wal(record).encode_to_vec(), buf);
+    let at = buf.len();
+    buf.extend_from_slice(&[0; frame::HEADER]);
+    if !pb_impl::encode_hot(record, buf) {
+        pb_impl::to_wal(record).encode_raw(buf);
+    }
+    let payload = &buf[at + frame::HEADER..];
+    let header =
+        [u32::try_from(payload.len()).unwrap_or(u32::MAX).to_le_bytes(), crc32fast::hash(payload).to_le_bytes()];
+    buf[at..at + frame::HEADER].copy_from_slice(header.as_flattened());
 }
 
 /// Why the bytes at some offset are not one whole record. The log and a replicated command
@@ -382,6 +391,43 @@ mod tests {
             encode_into(r, &mut buf);
         }
         buf
+    }
+
+    /// Records are framed in place exactly as `locksmith-disk` frames a payload, and grants and
+    /// releases, encoded without their log message, exactly as their log message encodes:
+    /// zero fields left out, a length over one varint byte, an empty value as none.
+    #[test]
+    fn a_record_is_framed_as_the_disk_crate_frames_it() {
+        let long = "n".repeat(300);
+        let edge = [
+            Record::Grant {
+                name: long.clone(),
+                session: 0,
+                owner: String::new(),
+                token: 0,
+                lock_delay: Duration::from_millis(u64::MAX / 1_000_000),
+                mode: HoldMode::Permit(u32::MAX),
+                value: Some(String::new()),
+            },
+            Record::Grant {
+                name: "x".into(),
+                session: u64::MAX,
+                owner: "o".repeat(200),
+                token: u64::MAX,
+                lock_delay: Duration::from_micros(1_500),
+                mode: HoldMode::Shared,
+                value: Some("v".repeat(150)),
+            },
+            Record::Release { name: long, token: 0, delay: Duration::ZERO },
+            Record::Release { name: String::new(), token: 1, delay: Duration::from_millis(1) },
+        ];
+        for r in sample().into_iter().chain(fixture_records()).chain(edge) {
+            let mut framed = vec![7u8];
+            frame::encode(&pb_impl::to_wal(&r).encode_to_vec(), &mut framed);
+            let mut direct = vec![7u8];
+            encode_into(&r, &mut direct);
+            assert_eq!(direct, framed, "{r:?}");
+        }
     }
 
     #[test]

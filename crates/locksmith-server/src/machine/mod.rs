@@ -47,6 +47,7 @@ use std::time::{Duration, Instant};
 mod apply;
 mod command;
 mod holders;
+pub(crate) mod ids;
 mod lock;
 mod record;
 mod restore;
@@ -297,7 +298,8 @@ pub struct Machine {
     /// restore starts the epoch after it.
     seen_epoch: u64,
     next_session: u64,
-    sessions: HashMap<SessionId, Session>,
+    /// Server-made ids only (see `ids`).
+    sessions: ids::IdMap<Session>,
     /// Expiry index: (deadline, session).
     deadlines: BTreeSet<(Instant, SessionId)>,
     locks: BTreeMap<Box<str>, Lock>,
@@ -328,7 +330,7 @@ impl Machine {
             epoch,
             seen_epoch: 0,
             next_session: 1,
-            sessions: HashMap::new(),
+            sessions: ids::IdMap::default(),
             deadlines: BTreeSet::new(),
             locks: BTreeMap::new(),
             delays: BTreeSet::new(),
@@ -398,6 +400,19 @@ impl Machine {
     /// Takes the effects emitted since the last call, in order.
     pub fn take_effects(&mut self) -> Vec<Effect> {
         std::mem::take(&mut self.effects)
+    }
+
+    /// Moves the records emitted since the last call to the end of `out`, in order. Unlike
+    /// [`Machine::take_records`] the machine keeps its buffer: the grant path does not
+    /// allocate one per batch.
+    pub fn move_records_to(&mut self, out: &mut Vec<Record>) {
+        out.append(&mut self.records);
+    }
+
+    /// Moves the effects emitted since the last call to the end of `out`, in order, keeping
+    /// the machine's buffer (see [`Machine::move_records_to`]).
+    pub fn move_effects_to(&mut self, out: &mut Vec<Effect>) {
+        out.append(&mut self.effects);
     }
 
     /// The next instant at which [`Machine::tick`] has work (a session deadline or the end of a

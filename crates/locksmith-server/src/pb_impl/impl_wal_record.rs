@@ -7,6 +7,91 @@ use locksmith_proto::wal::{self, record::Body};
 use super::impl_server_message::ms;
 use crate::machine::Record;
 
+/// Encodes a grant or a release, the records of every acquisition, straight from `r` into `buf`
+/// without building its log message (which would copy its strings): the bytes
+/// `to_wal(r).encode_raw(buf)` writes, field by field in tag order, zero values left out as
+/// proto3 does. Other records return `false` and write nothing.
+pub(crate) fn encode_hot(r: &Record, buf: &mut Vec<u8>) -> bool {
+    use prost::encoding::{bool as pbool, encode_key, encode_varint, string, uint32, uint64, WireType};
+    match r {
+        Record::Grant { name, session, owner, token, lock_delay, mode, value } => {
+            let (shared, permits) = mode.to_wire();
+            let delay = ms(*lock_delay);
+            let value = value.as_ref().filter(|v| !v.is_empty());
+            let len = nonempty(name, |n| string::encoded_len(1, n))
+                + nonzero(*session, |v| uint64::encoded_len(2, v))
+                + nonempty(owner, |o| string::encoded_len(3, o))
+                + nonzero(*token, |v| uint64::encoded_len(4, v))
+                + nonzero(delay, |v| uint64::encoded_len(5, v))
+                + if shared { pbool::encoded_len(6, &shared) } else { 0 }
+                + if permits != 0 { uint32::encoded_len(7, &permits) } else { 0 }
+                + value.map_or(0, |v| string::encoded_len(8, v));
+            encode_key(3, WireType::LengthDelimited, buf);
+            encode_varint(len as u64, buf);
+            if !name.is_empty() {
+                string::encode(1, name, buf);
+            }
+            if *session != 0 {
+                uint64::encode(2, session, buf);
+            }
+            if !owner.is_empty() {
+                string::encode(3, owner, buf);
+            }
+            if *token != 0 {
+                uint64::encode(4, token, buf);
+            }
+            if delay != 0 {
+                uint64::encode(5, &delay, buf);
+            }
+            if shared {
+                pbool::encode(6, &shared, buf);
+            }
+            if permits != 0 {
+                uint32::encode(7, &permits, buf);
+            }
+            if let Some(v) = value {
+                string::encode(8, v, buf);
+            }
+            true
+        }
+        Record::Release { name, token, delay } => {
+            let delay = ms(*delay);
+            let len = nonempty(name, |n| string::encoded_len(1, n))
+                + nonzero(*token, |v| uint64::encoded_len(2, v))
+                + nonzero(delay, |v| uint64::encoded_len(3, v));
+            encode_key(4, WireType::LengthDelimited, buf);
+            encode_varint(len as u64, buf);
+            if !name.is_empty() {
+                string::encode(1, name, buf);
+            }
+            if *token != 0 {
+                uint64::encode(2, token, buf);
+            }
+            if delay != 0 {
+                uint64::encode(3, &delay, buf);
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+fn nonempty(s: &String, len: impl Fn(&String) -> usize) -> usize {
+    if s.is_empty() {
+        0
+    } else {
+        len(s)
+    }
+}
+
+fn nonzero(v: u64, len: impl Fn(&u64) -> usize) -> usize {
+    if v == 0 {
+        0
+    } else {
+        len(&v)
+    }
+}
+
 /// The log message for `r`.
 pub(crate) fn to_wal(r: &Record) -> wal::Record {
     let body = match r {

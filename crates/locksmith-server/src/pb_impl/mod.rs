@@ -28,7 +28,7 @@ mod impl_wal_record;
 pub use impl_client_message::{decode_open, decode_request};
 pub use impl_lock_info::{status_query, StatusQuery, DEFAULT_STATUS_PAGE, MAX_STATUS_PAGE};
 pub(crate) use impl_server_message::{effect_message, Reply};
-pub(crate) use impl_wal_record::{from_wal, to_wal};
+pub(crate) use impl_wal_record::{encode_hot, from_wal, to_wal};
 
 /// The first message of a session stream: open a session, or resume one.
 #[derive(Debug, Clone, PartialEq, Eq)]

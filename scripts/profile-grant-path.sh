@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Instructions per acquisition on the native single node's grant path (docs/benchmarks.md,
+# issue 27): the server runs under callgrind; two `locksmith bench` runs of different length go
+# through it, the counters zeroed before and dumped after each; the difference of the two dumps
+# over the difference in acquisitions cancels sessions, warm-up and teardown.
+#
+#   scripts/profile-grant-path.sh SERVER-locksmith CLIENT-locksmith [contended|uncontended] [SHORT LONG]
+#
+# Prints the instructions per event; the dumps stay in $OUT (default /tmp/grant-path) for
+# callgrind_annotate --inclusive=yes. Needs valgrind. Ends the server it starts, by PID.
+set -euo pipefail
+server=$1 client=$2 workload=${3:-contended} short=${4:-4s} long=${5:-12s}
+out=${OUT:-/tmp/grant-path}
+mkdir -p "$out"
+rm -f "$out"/callgrind.out*
+dir=$(mktemp -d)
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+LOCKSMITH_LOG=warn valgrind --tool=callgrind --callgrind-out-file="$out/callgrind.out" \
+    "$server" serve --listen "127.0.0.1:$port" --data-dir "$dir/data" > "$out/server.log" 2>&1 &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 1 120); do (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.5; done
+url="locksmith://127.0.0.1:$port"
+"$client" bench --backend "$url" --workloads "$workload" --duration 2s > /dev/null
+for d in "$short" "$long"; do
+    callgrind_control -z "$pid" > /dev/null 2>&1
+    "$client" bench --backend "$url" --workloads "$workload" --duration "$d" --json > "$out/bench-$d.json"
+    callgrind_control -d "$pid" > /dev/null 2>&1
+done
+python3 - "$out" "$short" "$long" <<'PY'
+import json, re, subprocess, sys
+out, short, long = sys.argv[1:]
+def events(d):
+    j = json.load(open(f"{out}/bench-{d}.json"))
+    r = j["backends"][0]["rounds"][0]
+    return sum(r.get("contended_acquisitions") or []) or r["cycles_per_sec"] * j["duration_ms"] / 1000
+def total(i):
+    text = subprocess.run(["callgrind_annotate", f"{out}/callgrind.out.{i}"], capture_output=True, text=True).stdout
+    return int(re.search(r"([\d,]+) .*PROGRAM TOTALS", text).group(1).replace(",", ""))
+n1, n2 = events(short), events(long)
+t1, t2 = total(1), total(2)
+print(f"{(t2 - t1) / (n2 - n1):,.0f} instructions per event ({n1:.0f} and {n2:.0f} events; dumps in {out})")
+PY

@@ -451,6 +451,18 @@ fn timings_outside_their_bounds_are_refused_naming_the_option() {
     assert!(!created);
 }
 
+/// A cluster replicates every grant: `--durability leases` (holders not on disk, a TTL-long
+/// pause after every restart) is a single node's trade, refused on a cluster node before
+/// anything is written (README: no `leases` durability for a cluster).
+#[test]
+fn a_cluster_node_refuses_leases_durability() {
+    let (code, stderr, created) =
+        serve_with_timings(&["--node-id", "1", "--peers", "1=127.0.0.1:7531", "--durability", "leases"], None);
+    assert_eq!(code, Some(78), "{stderr}");
+    assert!(stderr.contains("--durability leases is for a single node"), "{stderr}");
+    assert!(!created, "the data directory was created");
+}
+
 /// A cluster started with other timings than the defaults elects a leader, replaces it after a
 /// `kill -9`, and the lock's tokens keep increasing across the fail-over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -19,13 +19,8 @@ use crate::types::NodeId;
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct NodeConfig {
-    /// How often the leader sends heartbeats, and the deadline of each AppendEntries.
-    pub heartbeat: Duration,
-    /// A follower that heard no leader for a random time in `election_timeout_min ..
-    /// election_timeout_max` stands for election.
-    pub election_timeout_min: Duration,
-    /// See `election_timeout_min`.
-    pub election_timeout_max: Duration,
+    /// The heartbeat and election timeout (checked against their bounds when the node starts).
+    pub timings: Timings,
     /// A snapshot is built once this many entries were applied since the last one.
     pub snapshot_after: u64,
     /// Entries kept in the log behind a snapshot, so that a follower lagging by less catches
@@ -56,11 +51,8 @@ pub struct NodeConfig {
 
 impl Default for NodeConfig {
     fn default() -> Self {
-        let timings = Timings::default();
         Self {
-            heartbeat: timings.heartbeat,
-            election_timeout_min: timings.election_timeout_min,
-            election_timeout_max: timings.election_timeout_max,
+            timings: Timings::default(),
             snapshot_after: 10_000,
             keep_after_snapshot: 1_000,
             snapshot_chunk_timeout: Duration::from_secs(2),
@@ -77,15 +69,6 @@ impl Default for NodeConfig {
 const SNAPSHOT_CHUNK: u64 = 1 << 20;
 
 impl NodeConfig {
-    /// The heartbeat and election timeout of these settings.
-    pub fn timings(&self) -> Timings {
-        Timings {
-            heartbeat: self.heartbeat,
-            election_timeout_min: self.election_timeout_min,
-            election_timeout_max: self.election_timeout_max,
-        }
-    }
-
     /// The same settings with `timings`.
     ///
     /// ```
@@ -93,29 +76,28 @@ impl NodeConfig {
     /// use locksmith_raft::{NodeConfig, Timings};
     /// let ms = Duration::from_millis;
     /// let config = NodeConfig::default().with_timings(Timings::new(ms(100), ms(300), ms(600))?);
-    /// assert_eq!(config.election_timeout_max, ms(600));
+    /// assert_eq!(config.timings.election_timeout_max, ms(600));
     /// # Ok::<(), locksmith_raft::TimingError>(())
     /// ```
     #[must_use]
     pub fn with_timings(mut self, timings: Timings) -> Self {
-        self.heartbeat = timings.heartbeat;
-        self.election_timeout_min = timings.election_timeout_min;
-        self.election_timeout_max = timings.election_timeout_max;
+        self.timings = timings;
         self
     }
 
     /// openraft's configuration for these settings.
     pub(crate) fn to_openraft(&self) -> Result<openraft::Config, StartError> {
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
-        self.timings().check()?;
+        let t = &self.timings;
+        t.check()?;
         if self.snapshot_after == 0 {
             return Err(StartError::Config("snapshot_after must be at least 1".into()));
         }
         let config = openraft::Config {
             cluster_name: "locksmith".into(),
-            heartbeat_interval: ms(self.heartbeat),
-            election_timeout_min: ms(self.election_timeout_min),
-            election_timeout_max: ms(self.election_timeout_max),
+            heartbeat_interval: ms(t.heartbeat),
+            election_timeout_min: ms(t.election_timeout_min),
+            election_timeout_max: ms(t.election_timeout_max),
             install_snapshot_timeout: ms(self.snapshot_chunk_timeout),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(self.snapshot_after),
             snapshot_max_chunk_size: SNAPSHOT_CHUNK,

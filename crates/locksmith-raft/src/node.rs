@@ -56,8 +56,7 @@ pub struct RaftNode<M> {
     raft: Raft,
     replica: Arc<Mutex<Replica<M>>>,
     leadership: watch::Receiver<Leadership>,
-    election_timeout: Duration,
-    heartbeat: Duration,
+    timings: crate::Timings,
     /// When each peer last answered this node (its members' last contact).
     contacts: Contacts,
     /// The leadership watch, and a delayed initialization: ended with the node.
@@ -175,7 +174,7 @@ impl<M: Replicated> RaftNode<M> {
                 initialize(&raft, members).await.map_err(StartError::Raft)?;
             } else {
                 let raft = raft.clone();
-                let delay = config.election_timeout_max * rank;
+                let delay = config.timings.election_timeout_max * rank;
                 tasks.push(tokio::spawn(async move {
                     tokio::time::sleep(delay).await;
                     if let Ok(false) = raft.is_initialized().await {
@@ -193,8 +192,7 @@ impl<M: Replicated> RaftNode<M> {
             raft,
             replica,
             leadership,
-            election_timeout: config.election_timeout_max,
-            heartbeat: config.heartbeat,
+            timings: config.timings,
             contacts,
             tasks,
             auth: config.auth,
@@ -419,7 +417,7 @@ impl<M> RaftNode<M> {
         if view.is_leader {
             for m in view.nodes.iter_mut().filter(|m| m.id != self.id) {
                 m.last_contact = self.contacts.since(m.id);
-                m.unreachable = m.last_contact.is_none_or(|t| t > self.election_timeout);
+                m.unreachable = m.last_contact.is_none_or(|t| t > self.election_timeout());
             }
         }
         view
@@ -430,12 +428,12 @@ impl<M> RaftNode<M> {
         self.raft.metrics()
     }
 
-    /// The longest election timeout ([`NodeConfig::election_timeout_max`]). It is also the
+    /// The longest election timeout ([`Timings::election_timeout_max`](crate::Timings)). It is also the
     /// leader lease of openraft 0.9: a voter that heard from a leader within it refuses to vote
     /// for another candidate, and a follower stands for election only after the lease plus its
     /// own random timeout.
     pub fn election_timeout(&self) -> Duration {
-        self.election_timeout
+        self.timings.election_timeout_max
     }
 
     /// How long a cluster is typically without a serving leader after its leader fails:
@@ -448,7 +446,7 @@ impl<M> RaftNode<M> {
     /// renew for that long. Not a hard bound: Raft guarantees no election time (split votes
     /// repeat, a partition lasts as long as it lasts).
     pub fn failover_time(&self) -> Duration {
-        2 * self.election_timeout + self.heartbeat
+        self.timings.failover_time()
     }
 
     /// The `locksmith.raft.v1.Raft` gRPC service of this node, to add to the application's

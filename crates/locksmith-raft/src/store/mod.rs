@@ -72,7 +72,7 @@ pub(crate) fn open_storage_in<M: Replicated>(
     let must_reach = meta.current().committed.filter(|c| Some(c.index) > covered.map(|l| l.index));
     let log = log_file::LogFile::open(dir, must_reach)?;
     let machine = StateMachine::open(machine, snapshots, lock.clone())?;
-    let store = LogStore::new(log, meta, sync::Syncer::start(sync)?, lock);
+    let store = LogStore::new(log, meta, sync::Syncer::new(sync), lock);
     Ok((store, machine))
 }
 

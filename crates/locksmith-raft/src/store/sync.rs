@@ -64,11 +64,8 @@ pub(crate) struct Syncer {
 
 impl Syncer {
     /// Syncs in `mode`.
-    ///
-    /// # Errors
-    /// None today; kept so a mode that needs a thread can report that the OS refused one.
-    pub(crate) fn start(mode: SyncMode) -> io::Result<Self> {
-        Ok(Self { mode, failed: Mutex::new(None) })
+    pub(crate) fn new(mode: SyncMode) -> Self {
+        Self { mode, failed: Mutex::new(None) }
     }
 
     /// Runs `done` once `file` is synced. Call it after the write to cover.
@@ -108,7 +105,7 @@ mod tests {
     #[test]
     fn an_inline_sync_is_done_when_submit_returns() {
         let file = Arc::new(tempfile::tempfile().unwrap());
-        let syncer = Syncer::start(SyncMode::Inline).unwrap();
+        let syncer = Syncer::new(SyncMode::Inline);
         barrier(&syncer, &file).unwrap();
         barrier(&syncer, &file).unwrap();
     }
@@ -118,7 +115,7 @@ mod tests {
         // fdatasync of /dev/null fails (EINVAL): a stand-in for a disk error.
         let null = Arc::new(File::open("/dev/null").unwrap());
         let file = Arc::new(tempfile::tempfile().unwrap());
-        let syncer = Syncer::start(SyncMode::Inline).unwrap();
+        let syncer = Syncer::new(SyncMode::Inline);
         let first = barrier(&syncer, &null).unwrap_err();
         let later = barrier(&syncer, &file).unwrap_err();
         assert_eq!(later.kind(), first.kind());

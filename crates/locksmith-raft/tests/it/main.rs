@@ -4,6 +4,7 @@
 mod cluster;
 mod common;
 mod fixture;
+mod golden_disk;
 mod node;
 mod node_auth;
 mod storage_suite;

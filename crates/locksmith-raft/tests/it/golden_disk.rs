@@ -82,12 +82,12 @@ const SNAPSHOT: &[&str] = &[
     "0300000000000000 0c000000 676f6c64656e207374617465", // Recorder's state: (3, "golden state")
 ];
 
-fn log_id(term: u64, node: u64, index: u64) -> LogId {
+pub(crate) fn log_id(term: u64, node: u64, index: u64) -> LogId {
     LogId::new(CommittedLeaderId::new(term, node), index)
 }
 
 /// Voters 1, 2 and 3 at `10.0.0.N:7531`.
-fn membership() -> Membership<u64, Node> {
+pub(crate) fn membership() -> Membership<u64, Node> {
     let nodes: BTreeMap<u64, Node> = (1..=3).map(|id| (id, Node::new(format!("10.0.0.{id}:7531")))).collect();
     Membership::new(vec![BTreeSet::from([1, 2, 3])], nodes)
 }

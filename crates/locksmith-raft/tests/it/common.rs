@@ -250,7 +250,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 /// The bytes of golden hex `parts` (joined; whitespace ignored).
 pub fn from_hex(parts: &[&str]) -> Vec<u8> {
     let digits: Vec<u8> = parts.concat().bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    assert!(digits.len() % 2 == 0, "odd number of hex digits");
+    assert!(digits.len().is_multiple_of(2), "odd number of hex digits");
     let nibble = |d: u8| char::from(d).to_digit(16).expect("a hex digit") as u8;
     digits.chunks(2).map(|p| nibble(p[0]) << 4 | nibble(p[1])).collect()
 }

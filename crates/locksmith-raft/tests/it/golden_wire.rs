@@ -13,6 +13,9 @@
 //! break: it needs a compatibility shim or a cluster-wide stop for the upgrade, and an upgrade
 //! note, never just new hex. See docs/raft-format.md.
 
+// The replies are openraft's own `Result<_, RaftError>` (224-byte errors): the very values pinned.
+#![allow(clippy::result_large_err)]
+
 use std::fmt::Debug;
 use std::time::Duration;
 

@@ -12,6 +12,9 @@
 //! vote is synced before it is used, a snapshot is renamed into place after being synced. A
 //! restart drops a torn last frame of the log; anything else that does not check out stops the
 //! node with [`StoreError::Corrupt`] and changes nothing.
+//!
+//! The exact bytes of the three files are pinned by `tests/it/golden_disk.rs`, written and read
+//! back: changing them is a data-format break (see `docs/raft-format.md` at the repository root).
 
 mod log_file;
 mod log_store;

@@ -241,3 +241,27 @@ pub async fn caught_up(node: &TestNode, index: u64, within: Duration) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// `bytes` as lower-case hex, two digits a byte.
+pub fn to_hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of golden hex `parts` (joined; whitespace ignored).
+pub fn from_hex(parts: &[&str]) -> Vec<u8> {
+    let digits: Vec<u8> = parts.concat().bytes().filter(|b| !b.is_ascii_whitespace()).collect();
+    assert!(digits.len().is_multiple_of(2), "odd number of hex digits");
+    let nibble = |d: u8| char::from(d).to_digit(16).expect("a hex digit") as u8;
+    digits.chunks(2).map(|p| nibble(p[0]) << 4 | nibble(p[1])).collect()
+}
+
+/// Asserts that `bytes` are the golden `parts`; a mismatch prints what was written, in hex.
+pub fn assert_golden(what: &str, bytes: &[u8], parts: &[&str]) {
+    let golden = from_hex(parts);
+    assert!(
+        bytes == golden.as_slice(),
+        "{what}: the bytes changed: a data-format or wire break (see docs/raft-format.md)\n  pinned:  {}\n  written: {}",
+        to_hex(&golden),
+        to_hex(bytes)
+    );
+}

@@ -4,6 +4,8 @@
 mod cluster;
 mod common;
 mod fixture;
+mod golden_disk;
+mod golden_wire;
 mod node;
 mod node_auth;
 mod storage_suite;

@@ -7,3 +7,4 @@ mod fixture;
 mod node;
 mod node_auth;
 mod storage_suite;
+mod stream;

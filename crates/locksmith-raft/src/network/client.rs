@@ -74,8 +74,9 @@ pub struct Network {
     legacy: Legacy,
 }
 
-/// Peers that answered `UNIMPLEMENTED` to the replication stream, and when to try it again.
-type Legacy = Arc<Mutex<HashMap<NodeId, Instant>>>;
+/// Peers (id and the address dialled) that answered `UNIMPLEMENTED` to the replication stream,
+/// and when to try it again: a node that comes back upgraded at another address is tried at once.
+type Legacy = Arc<Mutex<HashMap<(NodeId, String), Instant>>>;
 
 /// How long a peer that does not serve the replication stream gets unary calls before the
 /// stream is tried again (it may have been upgraded meanwhile).
@@ -176,6 +177,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             identity: self.identity.clone(),
             stream: self.stream,
             legacy: self.legacy.clone(),
+            addr: self.routes.get(&target).cloned().unwrap_or_else(|| node.addr.clone()),
             replication: None,
         }
     }
@@ -194,6 +196,8 @@ pub struct PeerClient {
     identity: Option<Arc<Identity>>,
     stream: bool,
     legacy: Legacy,
+    /// The address dialled (the route's, or the membership's).
+    addr: String,
     /// The replication stream to the peer, once opened; taken out while a call uses it, so a
     /// call that times out or is cancelled takes it along and the next call opens another.
     replication: Option<Replication>,
@@ -343,10 +347,11 @@ impl PeerClient {
             return false;
         }
         let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
-        match legacy.get(&self.target) {
+        let key = (self.target, self.addr.clone());
+        match legacy.get(&key) {
             Some(until) if Instant::now() < *until => false,
             Some(_) => {
-                legacy.remove(&self.target);
+                legacy.remove(&key);
                 true
             }
             None => true,
@@ -413,7 +418,7 @@ impl PeerClient {
                     self.target
                 );
                 let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
-                legacy.insert(self.target, Instant::now() + RETRY_STREAM);
+                legacy.insert((self.target, self.addr.clone()), Instant::now() + RETRY_STREAM);
                 return None;
             }
             Ok(Err(status)) => Err(self.failed(rpc, deadline, &status)),

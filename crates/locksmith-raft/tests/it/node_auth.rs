@@ -170,7 +170,9 @@ async fn every_message_of_a_replication_stream_needs_its_own_proof() {
         |target: u64, payload: Vec<u8>, proof: String| RaftStreamRequest { target, payload, proof, cluster: vec![] };
     let high = u64::MAX - 1;
     let forged = payload(2, high);
-    let cases: Vec<(&str, Option<String>, RaftStreamRequest, tonic::Code, Option<&str>)> = vec![
+    // What is sent, the proof at the opening, the message, the status and the refusal's reason.
+    type Case<'a> = (&'a str, Option<String>, RaftStreamRequest, tonic::Code, Option<&'a str>);
+    let cases: Vec<Case> = vec![
         (
             "no proof at the opening",
             None,

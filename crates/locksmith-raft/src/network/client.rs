@@ -423,8 +423,13 @@ impl PeerClient {
             }
             Ok(Err(status)) => Err(self.failed(rpc, deadline, &status)),
             Ok(Ok((reply, replication))) => {
-                self.replication = Some(replication);
-                self.answered(&reply.payload)
+                let result = self.answered(&reply.payload);
+                // A peer whose Raft core stopped ends the stream (it is going away); anything
+                // else keeps it for the next request.
+                if !matches!(result, Err(RPCError::RemoteError(RemoteError { source: RaftError::Fatal(_), .. }))) {
+                    self.replication = Some(replication);
+                }
+                result
             }
         };
         Some(result)

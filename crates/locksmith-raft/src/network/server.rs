@@ -199,7 +199,9 @@ impl Incoming {
         Some(self.answer(message).await)
     }
 
-    async fn answer(&self, message: RaftStreamRequest) -> Result<RaftReply, Status> {
+    /// The reply to `message`; ends the stream after it when this node's Raft core has stopped
+    /// (the node is shutting down: the stream must not keep its connection open).
+    async fn answer(&mut self, message: RaftStreamRequest) -> Result<RaftReply, Status> {
         let started = crate::latency::start();
         let gate = &self.service.gate;
         let cluster = match message.cluster.len() {
@@ -222,6 +224,7 @@ impl Incoming {
         )?;
         let entries = req.entries.len();
         let result = self.service.raft.append_entries(req).await;
+        self.ended = matches!(result, Err(openraft::error::RaftError::Fatal(_)));
         let payload = postcard::to_stdvec(&result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
         crate::latency::done(started, "follower_append_entries", entries);
         Ok(RaftReply { payload })
@@ -273,7 +276,7 @@ impl pb::raft_server::Raft for RaftService {
                 return None;
             }
             let reply = incoming.next_reply().await?;
-            incoming.ended = reply.is_err();
+            incoming.ended |= reply.is_err();
             Some((reply, incoming))
         });
         Ok(Response::new(Box::pin(replies)))

@@ -9,6 +9,10 @@
 //! different nodes) and its message is never buffered nor decoded. The service then checks
 //! what only the message shows: that it is the message the proof covers, and that the vote it
 //! carries is the sender's own (the candidate of a vote, the leader of an append or snapshot).
+//! The replication stream (`AppendEntriesStream`) is admitted here at its opening, like a call
+//! (its proof covers an empty message); then every message on it carries its own proof, which
+//! `Gate::admit_message` checks before the service decodes it, and which must name the node
+//! that opened the stream.
 //! Client credentials play no part: a bearer token or a client certificate is never a node.
 
 use std::convert::Infallible;

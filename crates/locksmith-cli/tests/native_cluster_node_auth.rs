@@ -15,7 +15,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 use locksmith_raft::network::pb::raft_client::RaftClient;
-use locksmith_raft::network::pb::RaftRequest;
+use locksmith_raft::network::pb::{RaftRequest, RaftStreamRequest};
 use locksmith_raft::types::TypeConfig;
 use locksmith_server::node_proof::{ClusterSecret, NODE_PROOF_HEADER};
 use locksmith_testkit::{free_port, new_token, spawn, write_cluster_secret, NativeCluster, TestCerts};
@@ -33,14 +33,21 @@ const INTRUDER: u64 = 99;
 #[derive(Clone, Copy, Debug)]
 enum Rpc {
     Append,
+    /// An AppendEntries as the one message of a replication stream (`AppendEntriesStream`):
+    /// the credential at the stream's opening and on the message.
+    AppendStream,
     Vote,
     Snapshot,
 }
+
+/// Every method that carries Raft messages.
+const RPCS: [Rpc; 4] = [Rpc::Append, Rpc::AppendStream, Rpc::Vote, Rpc::Snapshot];
 
 impl Rpc {
     fn path(self) -> &'static str {
         match self {
             Rpc::Append => "/locksmith.raft.v1.Raft/AppendEntries",
+            Rpc::AppendStream => "/locksmith.raft.v1.Raft/AppendEntriesStream",
             Rpc::Vote => "/locksmith.raft.v1.Raft/Vote",
             Rpc::Snapshot => "/locksmith.raft.v1.Raft/InstallSnapshot",
         }
@@ -50,7 +57,7 @@ impl Rpc {
     fn payload(self, from: u64) -> Vec<u8> {
         let vote = Vote::new_committed(MAX_TERM, from);
         let encoded = match self {
-            Rpc::Append => postcard::to_stdvec(&AppendEntriesRequest::<TypeConfig> {
+            Rpc::Append | Rpc::AppendStream => postcard::to_stdvec(&AppendEntriesRequest::<TypeConfig> {
                 vote,
                 prev_log_id: None,
                 entries: vec![],
@@ -129,12 +136,31 @@ async fn forge_over(
         }
     }
     let answer = match rpc {
-        Rpc::Append => client.append_entries(request).await,
-        Rpc::Vote => client.vote(request).await,
-        Rpc::Snapshot => client.install_snapshot(request).await,
+        Rpc::Append => client.append_entries(request).await.map(|_| ()),
+        Rpc::AppendStream => {
+            let proof = match credential {
+                Credential::Proof(secret, sender) => secret.prove(rpc.path(), sender, target, 0, &payload),
+                _ => String::new(),
+            };
+            let (metadata, extensions, _) = request.into_parts();
+            // The opening's proof covers an empty message; the message carries its own.
+            let mut metadata = metadata;
+            if let Credential::Proof(secret, sender) = credential {
+                let open = secret.prove(rpc.path(), sender, target, 0, b"");
+                metadata.insert(NODE_PROOF_HEADER, open.parse().unwrap_or_else(|e| panic!("{e}")));
+            }
+            let message = RaftStreamRequest { target, payload, proof, cluster: vec![] };
+            let request = tonic::Request::from_parts(metadata, extensions, tokio_stream::iter(vec![message]));
+            match client.append_entries_stream(request).await {
+                Err(status) => Err(status),
+                Ok(replies) => replies.into_inner().message().await.map(|_| ()),
+            }
+        }
+        Rpc::Vote => client.vote(request).await.map(|_| ()),
+        Rpc::Snapshot => client.install_snapshot(request).await.map(|_| ()),
     };
     match answer {
-        Ok(_) => tonic::Code::Ok,
+        Ok(()) => tonic::Code::Ok,
         Err(status) => status.code(),
     }
 }
@@ -167,7 +193,7 @@ fn stderr(o: &Output) -> String {
 async fn attack(c: &NativeCluster, credentials: &[Credential<'_>]) {
     for id in c.ids() {
         let addr = c.addr(id);
-        for rpc in [Rpc::Append, Rpc::Vote, Rpc::Snapshot] {
+        for rpc in RPCS {
             for credential in credentials {
                 // In the intruder's name, and in the name of a real member (the leader's id).
                 for from in [INTRUDER, 1] {
@@ -204,7 +230,7 @@ async fn forged_raft_calls_and_membership_changes_without_the_secret_change_noth
     // a term no cluster reaches is. A proof names its sender, and the vote inside must be the
     // sender's.
     for id in c.ids() {
-        for rpc in [Rpc::Append, Rpc::Vote, Rpc::Snapshot] {
+        for rpc in RPCS {
             let code = forge(&c.addr(id), id, rpc, INTRUDER, Credential::Proof(&ours, INTRUDER)).await;
             let expected = match rpc {
                 Rpc::Vote => tonic::Code::PermissionDenied,
@@ -532,7 +558,7 @@ async fn over_tls_only_a_node_certificate_naming_the_sender_speaks_raft() {
     let as_node2 = Tls { ca: &peer_ca, cert: &node2, key: &node2_key };
     let refused = |code| matches!(code, tonic::Code::Unauthenticated | tonic::Code::PermissionDenied);
     for id in c.ids() {
-        for rpc in [Rpc::Append, Rpc::Vote, Rpc::Snapshot] {
+        for rpc in RPCS {
             for from in [INTRUDER, 1] {
                 // (a) the clients' CA, whatever the certificate names; (b) a valid token.
                 for (tls, credential) in [
@@ -618,7 +644,7 @@ async fn over_mutual_tls_a_client_certificate_is_no_node() {
     let tls = Tls { ca: &ca, cert: &client, key: &client_key };
     let before = view(&c, None);
     for id in c.ids() {
-        for rpc in [Rpc::Append, Rpc::Vote, Rpc::Snapshot] {
+        for rpc in RPCS {
             for from in [INTRUDER, 1] {
                 let code = forge_over(&c.addr(id), Some(tls), id, rpc, from, Credential::Nothing).await;
                 assert_eq!(code, tonic::Code::Unauthenticated, "node {id}, {rpc:?} from {from} over TLS");

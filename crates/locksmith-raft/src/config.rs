@@ -47,6 +47,10 @@ pub struct NodeConfig {
     /// certificates of that CA). `None` trusts every caller of the Raft service, which lets anyone who reaches it
     /// rewrite the cluster's state: only for tests on a private network.
     pub auth: Option<crate::network::NodeAuth>,
+    /// Tests only: act as a node older than the replication stream (`AppendEntriesStream`):
+    /// answer it `UNIMPLEMENTED`, and send every AppendEntries as its own call.
+    #[doc(hidden)]
+    pub legacy_transport: bool,
 }
 
 impl Default for NodeConfig {
@@ -61,6 +65,7 @@ impl Default for NodeConfig {
             tls: None,
             routes: BTreeMap::new(),
             auth: None,
+            legacy_transport: false,
         }
     }
 }

@@ -63,6 +63,8 @@ pub struct RaftNode<M> {
     tasks: Vec<tokio::task::JoinHandle<()>>,
     auth: Option<crate::network::NodeAuth>,
     identity: Arc<crate::identity::Identity>,
+    /// [`NodeConfig::legacy_transport`].
+    legacy_transport: bool,
 }
 
 impl<M> fmt::Debug for RaftNode<M> {
@@ -114,9 +116,11 @@ impl<M: Replicated> RaftNode<M> {
     ) -> Result<Self, StartError> {
         let (tls, connect_timeout, backoff) = (config.tls.clone(), config.connect_timeout, config.unreachable_backoff);
         let (routes, secret) = (config.routes.clone(), config.auth.as_ref().and_then(|a| a.secret.clone()));
+        let legacy = config.legacy_transport;
         Self::start_with(id, dir, peers, config, machine, SyncMode::Inline, move |identity| {
             let network =
                 Network::new(id, tls, connect_timeout, backoff, routes).with_secret(secret).with_identity(identity);
+            let network = if legacy { network.without_stream() } else { network };
             let contacts = network.contacts();
             (network, contacts)
         })
@@ -197,6 +201,7 @@ impl<M: Replicated> RaftNode<M> {
             tasks,
             auth: config.auth,
             identity,
+            legacy_transport: config.legacy_transport,
         })
     }
 
@@ -455,7 +460,9 @@ impl<M> RaftNode<M> {
     /// With [`NodeConfig::auth`], a call is served only when it carries a valid node proof from
     /// a member; others are refused before their message is read.
     pub fn service(&self) -> NodeGate<RaftServer<RaftService>> {
-        RaftService::new(self.id, self.raft.clone(), self.auth.clone(), self.identity.clone()).into_server()
+        let service = RaftService::new(self.id, self.raft.clone(), self.auth.clone(), self.identity.clone());
+        let service = if self.legacy_transport { service.without_stream() } else { service };
+        service.into_server()
     }
 
     /// A watch that turns `Some(why)` when a leader of another cluster with the same node ids

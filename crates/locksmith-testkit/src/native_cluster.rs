@@ -275,6 +275,11 @@ impl NativeCluster {
         out
     }
 
+    /// The process id of node `id` (0 when it is not running): e.g. to read its CPU time.
+    pub fn pid(&self, id: u64) -> i32 {
+        self.node(id).process.as_ref().map_or(0, ChildProcess::pid)
+    }
+
     /// SIGSTOP of node `id`: it keeps its connections and answers nothing (a hung host).
     pub fn pause(&self, id: u64) {
         if let Some(p) = &self.node(id).process {

@@ -6,6 +6,7 @@ use std::error::Error;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
+use std::time::Instant;
 
 use locksmith_proto::node_proof::ClusterSecret;
 use locksmith_proto::node_proof::NODE_PROOF_HEADER;
@@ -31,13 +32,17 @@ use openraft::raft::VoteResponse;
 use openraft::AnyError;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use tonic::transport::ClientTlsConfig;
 use tonic::transport::Endpoint;
 
 use super::contact::Contacts;
+use super::gate::STREAM_PATH;
 use super::pb::raft_client::RaftClient;
+use super::pb::RaftReply;
 use super::pb::RaftRequest;
+use super::pb::RaftStreamRequest;
 use super::MAX_MESSAGE;
 use crate::identity::Identity;
 use crate::types::Node;
@@ -63,7 +68,19 @@ pub struct Network {
     secret: Option<ClusterSecret>,
     /// The cluster id every proof carries.
     identity: Option<Arc<Identity>>,
+    /// Whether AppendEntries go over the replication stream (else one call each).
+    stream: bool,
+    /// Peers that do not serve the stream (older nodes), and when to try it again.
+    legacy: Legacy,
 }
+
+/// Peers (id and the address dialled) that answered `UNIMPLEMENTED` to the replication stream,
+/// and when to try it again: a node that comes back upgraded at another address is tried at once.
+type Legacy = Arc<Mutex<HashMap<(NodeId, String), Instant>>>;
+
+/// How long a peer that does not serve the replication stream gets unary calls before the
+/// stream is tried again (it may have been upgraded meanwhile).
+const RETRY_STREAM: Duration = Duration::from_secs(30);
 
 impl Network {
     /// The network of node `id`, reaching peers in plain text, or with `tls` when given (then peers' addresses
@@ -88,7 +105,16 @@ impl Network {
             contacts: Contacts::default(),
             secret: None,
             identity: None,
+            stream: true,
+            legacy: Legacy::default(),
         }
+    }
+
+    /// The same network sending every AppendEntries as its own call, as nodes did before the
+    /// replication stream (tests of a rolling upgrade).
+    pub(crate) fn without_stream(mut self) -> Self {
+        self.stream = false;
+        self
     }
 
     /// When each peer last answered this node's calls.
@@ -149,6 +175,10 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             contacts: self.contacts.clone(),
             secret: self.secret.clone(),
             identity: self.identity.clone(),
+            stream: self.stream,
+            legacy: self.legacy.clone(),
+            addr: self.routes.get(&target).cloned().unwrap_or_else(|| node.addr.clone()),
+            replication: None,
         }
     }
 }
@@ -164,6 +194,20 @@ pub struct PeerClient {
     contacts: Contacts,
     secret: Option<ClusterSecret>,
     identity: Option<Arc<Identity>>,
+    stream: bool,
+    legacy: Legacy,
+    /// The address dialled (the route's, or the membership's).
+    addr: String,
+    /// The replication stream to the peer, once opened; taken out while a call uses it, so a
+    /// call that times out or is cancelled takes it along and the next call opens another.
+    replication: Option<Replication>,
+}
+
+/// One open replication stream: the requests it sends, the replies it receives in order.
+#[derive(Debug)]
+struct Replication {
+    requests: mpsc::Sender<RaftStreamRequest>,
+    replies: tonic::Streaming<RaftReply>,
 }
 
 #[derive(Clone, Copy)]
@@ -192,7 +236,67 @@ impl Rpc {
     }
 }
 
+/// The error openraft gets for a transport failure.
+fn network_error<E: Error>(e: &dyn ToString) -> RPCError<NodeId, Node, RaftError<NodeId, E>> {
+    RPCError::Network(NetworkError::from(AnyError::error(e.to_string())))
+}
+
 impl PeerClient {
+    /// Whether a replication stream to the peer is open (tests).
+    #[doc(hidden)]
+    pub fn streaming(&self) -> bool {
+        self.replication.is_some()
+    }
+
+    /// The cluster id this node's message `rpc` carries: a leader's message draws it when the
+    /// cluster has none yet (see `crate::identity`).
+    fn cluster(&self, rpc: Rpc) -> u128 {
+        match (&self.identity, rpc) {
+            (Some(i), Rpc::Vote) => i.get(),
+            (Some(i), _) => i.get_or_draw(),
+            (None, _) => 0,
+        }
+    }
+
+    /// The error for a call that got no answer within `deadline`.
+    fn timed_out<E: Error>(&self, rpc: Rpc, deadline: Duration) -> RPCError<NodeId, Node, RaftError<NodeId, E>> {
+        self.contacts.failed(self.target, "no answer in time");
+        RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
+    }
+
+    /// The error for a call that failed with `status`.
+    fn failed<E: Error>(
+        &self,
+        rpc: Rpc,
+        deadline: Duration,
+        status: &tonic::Status,
+    ) -> RPCError<NodeId, Node, RaftError<NodeId, E>> {
+        // tonic says Cancelled when the request's own timeout expired.
+        if matches!(status.code(), tonic::Code::DeadlineExceeded | tonic::Code::Unavailable | tonic::Code::Cancelled) {
+            self.contacts.failed(self.target, status.message());
+        }
+        match status.code() {
+            tonic::Code::DeadlineExceeded => {
+                RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
+            }
+            // Connection refused or reset: back off instead of retrying at once.
+            tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(status)),
+            _ => RPCError::Network(NetworkError::new(status)),
+        }
+    }
+
+    /// The peer's answer `payload`: openraft's result on the peer.
+    fn answered<Resp, E>(&self, payload: &[u8]) -> Result<Resp, RPCError<NodeId, Node, RaftError<NodeId, E>>>
+    where
+        Resp: DeserializeOwned,
+        E: Error + DeserializeOwned,
+    {
+        self.contacts.answered(self.target);
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            postcard::from_bytes(payload).map_err(|e| network_error(&e))?;
+        result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+    }
+
     async fn call<Req, Resp, E>(
         &mut self,
         rpc: Rpc,
@@ -204,23 +308,17 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: Error + DeserializeOwned,
     {
-        let network = |e: &dyn ToString| RPCError::Network(NetworkError::from(AnyError::error(e.to_string())));
-        let client = self.client.as_mut().map_err(|e| network(e))?;
-        let payload = postcard::to_stdvec(req).map_err(|e| network(&e))?;
-        // A leader's message draws the cluster's id when it has none yet (see `crate::identity`).
-        let cluster = match (&self.identity, rpc) {
-            (Some(i), Rpc::Vote) => i.get(),
-            (Some(i), _) => i.get_or_draw(),
-            (None, _) => 0,
-        };
+        let payload = postcard::to_stdvec(req).map_err(|e| network_error(&e))?;
+        let cluster = self.cluster(rpc);
         let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, cluster, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
         if let Some(proof) = proof {
-            let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network(&e))?;
+            let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network_error(&e))?;
             request.metadata_mut().insert(NODE_PROOF_HEADER, value);
         } else if cluster != 0 {
             // Authenticated by its node certificate alone, the cluster id travels beside it.
-            let value = tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(|e| network(&e))?;
+            let value =
+                tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(|e| network_error(&e))?;
             request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
         }
         // openraft gives up at the hard TTL; answering a timeout a little before lets
@@ -228,6 +326,7 @@ impl PeerClient {
         // `grpc-timeout`, so the peer stops working on a request its sender has given up on.
         let deadline = option.soft_ttl();
         request.set_timeout(deadline);
+        let client = self.client.as_mut().map_err(|e| network_error(e))?;
         let reply = tokio::time::timeout(deadline, async {
             match rpc {
                 Rpc::AppendEntries => client.append_entries(request).await,
@@ -236,32 +335,135 @@ impl PeerClient {
             }
         })
         .await
-        .map_err(|_| {
-            self.contacts.failed(self.target, "no answer in time");
-            RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
-        })?;
-        if let Err(status) = &reply {
-            // tonic says Cancelled when the request's own timeout expired.
-            if matches!(
-                status.code(),
-                tonic::Code::DeadlineExceeded | tonic::Code::Unavailable | tonic::Code::Cancelled
-            ) {
-                self.contacts.failed(self.target, status.message());
-            }
-        }
-        let reply = reply.map_err(|status| match status.code() {
-            tonic::Code::DeadlineExceeded => {
-                RPCError::Timeout(Timeout { action: rpc.kind(), id: self.id, target: self.target, timeout: deadline })
-            }
-            // Connection refused or reset: back off instead of retrying at once.
-            tonic::Code::Unavailable => RPCError::Unreachable(Unreachable::new(&status)),
-            _ => RPCError::Network(NetworkError::new(&status)),
-        })?;
-        self.contacts.answered(self.target);
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            postcard::from_bytes(&reply.into_inner().payload).map_err(|e| network(&e))?;
-        result.map_err(|e| RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e)))
+        .map_err(|_| self.timed_out(rpc, deadline))?
+        .map_err(|status| self.failed(rpc, deadline, &status))?;
+        self.answered(&reply.into_inner().payload)
     }
+
+    /// Whether AppendEntries to this peer go over the replication stream: unless the peer
+    /// answered `UNIMPLEMENTED` to it less than [`RETRY_STREAM`] ago.
+    fn streams(&self) -> bool {
+        if !self.stream {
+            return false;
+        }
+        let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (self.target, self.addr.clone());
+        match legacy.get(&key) {
+            Some(until) if Instant::now() < *until => false,
+            Some(_) => {
+                legacy.remove(&key);
+                true
+            }
+            None => true,
+        }
+    }
+
+    /// Sends `req` over the replication stream (opening it first when there is none) and
+    /// waits for its reply; `None` when the peer does not serve the stream (an older node): it
+    /// gets unary calls from now on, for [`RETRY_STREAM`].
+    async fn append_over_stream(
+        &mut self,
+        req: &AppendEntriesRequest<TypeConfig>,
+        option: &RPCOption,
+    ) -> Option<Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>>> {
+        let rpc = Rpc::AppendEntries;
+        let payload = match postcard::to_stdvec(req) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(network_error(&e))),
+        };
+        let cluster = self.cluster(rpc);
+        let proof = self.secret.as_ref().map(|s| s.prove(STREAM_PATH, self.id, self.target, cluster, &payload));
+        // Without a proof to carry it, the cluster id travels in the message.
+        let cluster_field = if proof.is_none() && cluster != 0 { cluster.to_be_bytes().to_vec() } else { vec![] };
+        let message = RaftStreamRequest {
+            target: self.target,
+            payload,
+            proof: proof.unwrap_or_default(),
+            cluster: cluster_field,
+        };
+        let deadline = option.soft_ttl();
+        // Taken out for this call: if the call times out or is cancelled (openraft drops its
+        // future), the stream goes with it, and no later request reads this one's late reply.
+        let open = self.replication.take();
+        let opening = match open {
+            Some(replication) => Ok(replication),
+            None => match self.client.as_mut() {
+                Ok(client) => Err(client.clone()),
+                Err(e) => return Some(Err(network_error(e))),
+            },
+        };
+        let open_proof = self.secret.as_ref().map(|s| s.prove(STREAM_PATH, self.id, self.target, cluster, b""));
+        let exchange = async {
+            let mut replication = match opening {
+                Ok(replication) => {
+                    replication.requests.send(message).await.map_err(|_| closed())?;
+                    replication
+                }
+                Err(client) => open_stream(client, message, open_proof, cluster).await?,
+            };
+            match replication.replies.message().await {
+                Ok(Some(reply)) => Ok((reply, replication)),
+                Ok(None) => Err(closed()),
+                Err(status) => Err(status),
+            }
+        };
+        let outcome = tokio::time::timeout(deadline, exchange).await;
+        let result = match outcome {
+            Err(_) => Err(self.timed_out(rpc, deadline)),
+            Ok(Err(status)) if status.code() == tonic::Code::Unimplemented => {
+                tracing::info!(
+                    peer = self.target,
+                    "raft: node {} does not serve the replication stream (an older version?): one call per \
+                     AppendEntries for {RETRY_STREAM:?}",
+                    self.target
+                );
+                let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
+                legacy.insert((self.target, self.addr.clone()), Instant::now() + RETRY_STREAM);
+                return None;
+            }
+            Ok(Err(status)) => Err(self.failed(rpc, deadline, &status)),
+            Ok(Ok((reply, replication))) => {
+                let result = self.answered(&reply.payload);
+                // A peer whose Raft core stopped ends the stream (it is going away); anything
+                // else keeps it for the next request.
+                if !matches!(result, Err(RPCError::RemoteError(RemoteError { source: RaftError::Fatal(_), .. }))) {
+                    self.replication = Some(replication);
+                }
+                result
+            }
+        };
+        Some(result)
+    }
+}
+
+/// The status of a replication stream the peer (or the connection) ended without one.
+fn closed() -> tonic::Status {
+    tonic::Status::unavailable("the replication stream to the peer closed")
+}
+
+/// Opens a replication stream through `client`, `first` already queued on it so that it
+/// travels with the opening; `proof` (of an empty message) authenticates the opening.
+async fn open_stream(
+    mut client: RaftClient<Channel>,
+    first: RaftStreamRequest,
+    proof: Option<String>,
+    cluster: u128,
+) -> Result<Replication, tonic::Status> {
+    let (requests, queued) = mpsc::channel(1);
+    requests.try_send(first).map_err(|_| closed())?;
+    let outgoing = futures_util::stream::unfold(queued, |mut queued| async move {
+        queued.recv().await.map(|message| (message, queued))
+    });
+    let mut request = tonic::Request::new(outgoing);
+    let bad = |e: tonic::metadata::errors::InvalidMetadataValue| tonic::Status::internal(e.to_string());
+    if let Some(proof) = proof {
+        request.metadata_mut().insert(NODE_PROOF_HEADER, tonic::metadata::MetadataValue::try_from(proof).map_err(bad)?);
+    } else if cluster != 0 {
+        let value = tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(bad)?;
+        request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
+    }
+    let replies = client.append_entries_stream(request).await?.into_inner();
+    Ok(Replication { requests, replies })
 }
 
 impl RaftNetwork<TypeConfig> for PeerClient {
@@ -272,7 +474,11 @@ impl RaftNetwork<TypeConfig> for PeerClient {
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>> {
         let entries = rpc.entries.len() as u64;
         let started = crate::latency::start();
-        let result = self.call(Rpc::AppendEntries, &rpc, &option).await;
+        let streamed = if self.streams() { self.append_over_stream(&rpc, &option).await } else { None };
+        let result = match streamed {
+            Some(result) => result,
+            None => self.call(Rpc::AppendEntries, &rpc, &option).await,
+        };
         crate::latency::done(started, "append_entries_rpc", rpc.entries.len());
         match result {
             // A batch that cannot make it within the deadline (the heartbeat interval) never

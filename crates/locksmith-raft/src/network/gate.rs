@@ -9,6 +9,10 @@
 //! different nodes) and its message is never buffered nor decoded. The service then checks
 //! what only the message shows: that it is the message the proof covers, and that the vote it
 //! carries is the sender's own (the candidate of a vote, the leader of an append or snapshot).
+//! The replication stream (`AppendEntriesStream`) is admitted here at its opening, like a call
+//! (its proof covers an empty message); then every message on it carries its own proof, which
+//! `Gate::admit_message` checks before the service decodes it, and which must name the node
+//! that opened the stream.
 //! Client credentials play no part: a bearer token or a client certificate is never a node.
 
 use std::convert::Infallible;
@@ -347,6 +351,79 @@ impl Gate {
     }
 }
 
+/// The gRPC path of the replication stream, which the proof of its opening and of each of its
+/// messages covers.
+pub(crate) const STREAM_PATH: &str = "/locksmith.raft.v1.Raft/AppendEntriesStream";
+
+impl Gate {
+    /// The verdict on one message of a replication stream whose opening the gate admitted as
+    /// `opened`: its own node proof `proof` (empty: none) is checked as a unary call's header
+    /// would be, and must name the node that opened the stream; `cluster` is the cluster id a
+    /// message without a proof carries. The service then checks the message against it as it
+    /// checks a unary call.
+    pub(crate) fn admit_message(
+        &self,
+        opened: &Admitted,
+        proof: &str,
+        cluster: u128,
+        peer: Option<SocketAddr>,
+    ) -> Result<Admitted, Status> {
+        let Some(auth) = &self.auth else { return Ok(Admitted::Unproven) };
+        let call = "append_entries";
+        let refusal = |reason, sender| Refusal { call, reason, sender, peer };
+        let opener = match opened {
+            Admitted::Proven { sender, .. } => Some(*sender),
+            Admitted::Unproven => None,
+        };
+        let claim = match &auth.secret {
+            None => None,
+            Some(_) if proof.is_empty() && auth.accept_unauthenticated => None,
+            Some(_) if proof.is_empty() => {
+                return Err(self.refuse(
+                    refusal("no_proof", opener),
+                    Status::unauthenticated(
+                        "every raft message needs a node proof: every node of the cluster needs the same \
+                         --cluster-secret-file",
+                    ),
+                ))
+            }
+            Some(secret) => Some(
+                secret
+                    .check(STREAM_PATH, proof)
+                    .map_err(|e| self.refuse(refusal("bad_proof", opener), Status::unauthenticated(e.to_string())))?,
+            ),
+        };
+        let sender = match (opener, &claim) {
+            (None, None) => return Ok(Admitted::Unproven),
+            (Some(id), None) => id,
+            (None, Some(c)) => c.sender,
+            (Some(id), Some(c)) if id == c.sender => id,
+            (Some(id), Some(c)) => {
+                return Err(self.refuse(
+                    refusal("wrong_sender", Some(id)),
+                    Status::permission_denied(format!(
+                        "node {id} opened this stream, and a message's node proof names node {}",
+                        c.sender
+                    )),
+                ))
+            }
+        };
+        if let Some(claim) = &claim {
+            if claim.target != self.id {
+                return Err(Status::failed_precondition(format!(
+                    "this is raft node {}, not node {}: the cluster's address for it is stale",
+                    self.id, claim.target
+                )));
+            }
+        }
+        let cluster = claim.as_ref().map_or(cluster, |c| c.cluster);
+        if let Err(message) = self.check_cluster(call, sender, cluster) {
+            return Err(self.refuse(refusal("foreign_cluster", Some(sender)), Status::permission_denied(message)));
+        }
+        Ok(Admitted::Proven { sender, claim })
+    }
+}
+
 /// The cluster id of a sender without a node proof (authenticated by its node certificate), in
 /// hex: what a proof would carry.
 pub(crate) const CLUSTER_ID_HEADER: &str = "locksmith-cluster-id";
@@ -359,7 +436,7 @@ fn peer_chain<B>(req: &http::Request<B>) -> Option<Arc<Vec<rustls::pki_types::Ce
 /// The method of a Raft call's path, as metrics and logs name it.
 pub(crate) fn call_name(path: &str) -> &'static str {
     match path.rsplit('/').next() {
-        Some("AppendEntries") => "append_entries",
+        Some("AppendEntries" | "AppendEntriesStream") => "append_entries",
         Some("Vote") => "vote",
         Some("InstallSnapshot") => "install_snapshot",
         _ => "other",

@@ -3,6 +3,9 @@
 //!
 //! - [`Network`] (`client`): openraft's network factory: one lazily connected tonic channel per
 //!   peer, reused by every replication stream and vote to it, optional TLS, a deadline per RPC;
+//!   AppendEntries go over one long-lived gRPC stream per leader and follower
+//!   (`AppendEntriesStream`: no HTTP/2 stream set-up, headers nor trailers per message; half the
+//!   CPU of a unary call), unary calls to a peer that does not serve it (an older node);
 //! - [`RaftService`] (`server`): the service the application adds to its own tonic router
 //!   ([`RaftNode::service`](crate::RaftNode::service));
 //! - [`NodeGate`] and [`NodeAuth`] (`gate`): only nodes speak Raft: every call carries a node

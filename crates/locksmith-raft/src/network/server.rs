@@ -2,7 +2,11 @@
 //! node, encodes its result — once the call is known to come from a node of this cluster
 //! (`gate`).
 
+use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+
+use futures_util::Stream;
 
 use openraft::raft::AppendEntriesRequest;
 use openraft::raft::InstallSnapshotRequest;
@@ -12,6 +16,7 @@ use serde::Serialize;
 use tonic::Request;
 use tonic::Response;
 use tonic::Status;
+use tonic::Streaming;
 
 use super::gate::Admitted;
 use super::gate::Gate;
@@ -23,6 +28,7 @@ use super::pb;
 use super::pb::raft_server::RaftServer;
 use super::pb::RaftReply;
 use super::pb::RaftRequest;
+use super::pb::RaftStreamRequest;
 use super::MAX_MESSAGE;
 use crate::identity::Identity;
 use crate::types::NodeId;
@@ -35,6 +41,8 @@ use crate::types::Vote;
 pub struct RaftService {
     gate: Arc<Gate>,
     raft: Raft,
+    /// Whether `AppendEntriesStream` is served (see [`NodeConfig::legacy_transport`](crate::NodeConfig)).
+    stream: bool,
 }
 
 impl std::fmt::Debug for RaftService {
@@ -70,7 +78,14 @@ impl RaftService {
     /// The service of node `id` driven by `raft`, authenticating its callers with `auth`
     /// (`None`: every caller is trusted, as on a private test network).
     pub(crate) fn new(id: NodeId, raft: Raft, auth: Option<NodeAuth>, identity: Arc<Identity>) -> Self {
-        Self { gate: Arc::new(Gate::new(id, raft.clone(), auth, identity)), raft }
+        Self { gate: Arc::new(Gate::new(id, raft.clone(), auth, identity)), raft, stream: true }
+    }
+
+    /// The same service answering `UNIMPLEMENTED` to `AppendEntriesStream`, as a node older
+    /// than the stream does (tests of a rolling upgrade).
+    pub(crate) fn without_stream(mut self) -> Self {
+        self.stream = false;
+        self
     }
 
     /// The service as a tonic server behind node authentication, accepting messages as large
@@ -89,6 +104,20 @@ impl RaftService {
     ) -> Result<T, Status> {
         let admitted = request.extensions().get::<Admitted>().cloned();
         let peer = request.remote_addr();
+        let request = request.into_inner();
+        self.check(call, admitted, peer, request.target, &request.payload)
+    }
+
+    /// What the service checks of every message once the gate admitted its call (`admitted`,
+    /// `None` when served without the gate), before and after decoding it.
+    fn check<T: DeserializeOwned + Voted>(
+        &self,
+        call: &'static str,
+        admitted: Option<Admitted>,
+        peer: Option<SocketAddr>,
+        target: NodeId,
+        payload: &[u8],
+    ) -> Result<T, Status> {
         let refuse = |reason, sender, status| self.gate.refuse(Refusal { call, reason, sender, peer }, status);
         let proven = match admitted {
             Some(Admitted::Proven { sender, claim }) => Some((sender, claim)),
@@ -97,16 +126,15 @@ impl RaftService {
             None if !self.gate.demands_proof() => None,
             None => return Err(refuse("no_proof", None, Status::unauthenticated("raft call without a node proof"))),
         };
-        let request = request.into_inner();
-        if request.target != self.gate.id() {
+        if target != self.gate.id() {
             return Err(Status::failed_precondition(format!(
                 "this is raft node {}, not node {}: the cluster's address for it is stale",
                 self.gate.id(),
-                request.target
+                target
             )));
         }
         if let Some((_, Some(claim))) = &proven {
-            if !claim.covers(&request.payload) {
+            if !claim.covers(payload) {
                 return Err(refuse(
                     "wrong_message",
                     Some(claim.sender),
@@ -114,7 +142,7 @@ impl RaftService {
                 ));
             }
         }
-        let req: T = postcard::from_bytes(&request.payload)
+        let req: T = postcard::from_bytes(payload)
             .map_err(|e| Status::invalid_argument(format!("undecodable raft request: {e}")))?;
         let leader = req.vote().leader_id;
         if let Some((sender, _)) = proven {
@@ -150,6 +178,63 @@ impl RaftService {
     }
 }
 
+/// One replication stream as the service sees it: the messages it reads, what the gate admitted
+/// at its opening, and whether a refusal ended it.
+struct Incoming {
+    service: RaftService,
+    messages: Streaming<RaftStreamRequest>,
+    opened: Option<Admitted>,
+    peer: Option<SocketAddr>,
+    ended: bool,
+}
+
+impl Incoming {
+    /// The reply to the next message; `None` once the sender closed the stream.
+    async fn next_reply(&mut self) -> Option<Result<RaftReply, Status>> {
+        let message = match self.messages.message().await {
+            Ok(Some(m)) => m,
+            Ok(None) => return None,
+            Err(status) => return Some(Err(status)),
+        };
+        Some(self.answer(message).await)
+    }
+
+    /// The reply to `message`; ends the stream after it when this node's Raft core has stopped
+    /// (the node is shutting down: the stream must not keep its connection open).
+    async fn answer(&mut self, message: RaftStreamRequest) -> Result<RaftReply, Status> {
+        let started = crate::latency::start();
+        let gate = &self.service.gate;
+        let cluster = match message.cluster.len() {
+            0 => 0,
+            16 => message.cluster.iter().fold(0u128, |c, b| c << 8 | u128::from(*b)),
+            n => return Err(Status::invalid_argument(format!("a cluster id of {n} bytes, not 16"))),
+        };
+        // Each message is admitted as its own call would be, from its proof alone, before its
+        // payload is decoded.
+        let admitted = match &self.opened {
+            Some(opened) => Some(gate.admit_message(opened, &message.proof, cluster, self.peer)?),
+            None => None,
+        };
+        let req = self.service.check::<AppendEntriesRequest<TypeConfig>>(
+            "append_entries",
+            admitted,
+            self.peer,
+            message.target,
+            &message.payload,
+        )?;
+        let entries = req.entries.len();
+        let result = self.service.raft.append_entries(req).await;
+        self.ended = matches!(result, Err(openraft::error::RaftError::Fatal(_)));
+        let payload = postcard::to_stdvec(&result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
+        crate::latency::done(started, "follower_append_entries", entries);
+        Ok(RaftReply { payload })
+    }
+}
+
+/// The replies of a replication stream, one per message, in order; a refused message ends it
+/// with its status.
+type Replies = Pin<Box<dyn Stream<Item = Result<RaftReply, Status>> + Send>>;
+
 fn reply<T: Serialize>(result: &T) -> Result<Response<RaftReply>, Status> {
     let payload = postcard::to_stdvec(result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
     Ok(Response::new(RaftReply { payload }))
@@ -164,6 +249,37 @@ impl pb::raft_server::Raft for RaftService {
         let result = reply(&self.raft.append_entries(req).await);
         crate::latency::done(started, "follower_append_entries", entries);
         result
+    }
+
+    type AppendEntriesStreamStream = Replies;
+
+    async fn append_entries_stream(
+        &self,
+        request: Request<Streaming<RaftStreamRequest>>,
+    ) -> Result<Response<Replies>, Status> {
+        if !self.stream {
+            return Err(Status::unimplemented("AppendEntriesStream is not served by this node"));
+        }
+        let opened = request.extensions().get::<Admitted>().cloned();
+        if opened.is_none() && self.gate.demands_proof() {
+            return Err(self.gate.refuse(
+                Refusal { call: "append_entries", reason: "no_proof", sender: None, peer: request.remote_addr() },
+                Status::unauthenticated("raft call without a node proof"),
+            ));
+        }
+        let peer = request.remote_addr();
+        let incoming = Incoming { service: self.clone(), messages: request.into_inner(), opened, peer, ended: false };
+        // Lazily: a message is read and handed to openraft only while the sender still reads
+        // the replies; when it drops the stream, the work on its last message is dropped too.
+        let replies = futures_util::stream::unfold(incoming, |mut incoming| async move {
+            if incoming.ended {
+                return None;
+            }
+            let reply = incoming.next_reply().await?;
+            incoming.ended |= reply.is_err();
+            Some((reply, incoming))
+        });
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {

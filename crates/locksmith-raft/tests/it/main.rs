@@ -9,3 +9,4 @@ mod golden_wire;
 mod node;
 mod node_auth;
 mod storage_suite;
+mod stream;

@@ -7,7 +7,8 @@
 #
 #   scripts/measure-hops.sh SERVER-locksmith CLIENT-locksmith [DURATION] [WORKLOAD]
 #
-# Needs perf (and strace with STRACE=1). Ends the server it starts, by PID.
+# Needs perf (and strace with STRACE=1; the context switches are then strace's, not worth
+# quoting). Ends the server it starts, by PID.
 set -euo pipefail
 server=$1 client=$2 duration=${3:-3s} workload=${4:-uncontended}
 out=${OUT:-/tmp/hops}

@@ -57,7 +57,6 @@
 //!    close() meanwhile: stop at the next attempt; a resume that just succeeded gets Close
 //! ```
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -65,7 +64,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use futures_util::stream::BoxStream;
 use futures_util::StreamExt;
-use locksmith_core::driver::{millis, Backoff, CancelGuard, Jitter};
+use locksmith_core::driver::{millis, Backoff, CancelGuard, IdMap, Jitter};
 use locksmith_core::{AcquireRequest, Acquired, Error, KeepAlive, LockName, Result, Session};
 use locksmith_proto::client_message::Body as In;
 use locksmith_proto::server_message::Body as Out;
@@ -118,13 +117,15 @@ struct Pending {
 #[derive(Default)]
 struct State {
     tx: Option<mpsc::UnboundedSender<ClientMessage>>,
-    pending: HashMap<u64, Pending>,
+    // Keyed by message ids this client made (`Shared::id`): no one else can choose them, so
+    // they need no SipHash (see `IdMap`), looked up twice per call as they are.
+    pending: IdMap<Pending>,
     /// Acquisitions dropped before their answer: a grant that still arrives is released. An
     /// entry ends with the answer to the `Cancel` that withdraws it, the last message the
     /// server sends about that acquisition.
-    abandoned: HashMap<u64, (String, String)>,
+    abandoned: IdMap<(String, String)>,
     /// Cancel message id → the acquisition it withdraws (on the current stream only).
-    cancels: HashMap<u64, u64>,
+    cancels: IdMap<u64>,
     expired: bool,
     closed: bool,
 }

@@ -11,6 +11,8 @@
 //! - [`url`]: [`BackendUrl`] and the scheme table [`SCHEMES`]; [`redact`] for text that may
 //!   hold a password.
 //! - [`tls`]: [`TlsFiles`], the `?ca=&cert=&key=` options every non-SQL driver reads.
+//! - [`ids`]: [`IdMap`], a map keyed by ids its owner made (session and request ids), hashed
+//!   without SipHash's cost.
 //! - [`identity`]: session ids, lock values and owner ids from the OS (safe across `fork()`).
 //! - [`timing`]: the waiters' [`Backoff`], the clock-drift margin [`drift`], [`millis`].
 //! - [`wait`]: [`WaitLoop`], the wait loop of an acquisition: a driver says how to try once
@@ -23,6 +25,7 @@ pub mod cancel;
 pub mod hold_value;
 pub mod holds;
 pub mod identity;
+pub mod ids;
 pub mod timing;
 pub mod tls;
 #[cfg(feature = "rustls")]
@@ -35,6 +38,7 @@ pub mod wait;
 pub use cancel::{run_to_end, spawn_detached, CancelGuard, CleanupFuture, OnDrop};
 pub use hold_value::{new_hold_value, new_session_id, parse_hold_value};
 pub use holds::{HoldId, HoldKey, HoldRef, HoldTable};
+pub use ids::{IdHasher, IdMap};
 pub use timing::{drift, jittered, millis, Backoff, Jitter};
 pub use tls::TlsFiles;
 #[cfg(feature = "rustls")]

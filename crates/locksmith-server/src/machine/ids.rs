@@ -1,63 +1,10 @@
-//! Hashing for maps keyed by [`SessionId`](super::SessionId): the grant path looks sessions up
-//! several times per request (the machine's session table, the service's streams and
-//! principals), and std's SipHash costs ~100 instructions a lookup.
+//! Maps keyed by [`SessionId`](super::SessionId): the grant path looks sessions up several
+//! times per request (the machine's session table, the service's streams and principals).
 //!
 //! Session ids are made by the server (`epoch << 32 | n`), never chosen by a client: a client
-//! can only look one up. So nobody can fill a table with ids that collide, and a multiplicative
-//! hash is enough. Maps whose keys a client chooses (request ids, lock names, owners) keep
-//! std's keyed SipHash.
-
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+//! can only look one up. So nobody can fill a table with ids that collide, and the core's
+//! multiplicative [`IdMap`](locksmith_core::driver::IdMap) is enough. Maps whose keys a client
+//! chooses (request ids, lock names, owners) keep std's keyed SipHash.
 
 /// A map keyed by server-made session ids.
-pub(crate) type IdMap<V> = HashMap<super::SessionId, V, BuildHasherDefault<IdHasher>>;
-
-/// Fibonacci hashing of one `u64`: the multiplication spreads the id over the high bits (the
-/// table's tags); folding them back into the low bits (its buckets) keeps ids that differ only
-/// in their epoch apart too.
-#[derive(Debug, Default, Clone, Copy)]
-pub(crate) struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        // Only `u64` keys are hashed with it; anything else still gets a usable hash.
-        for b in bytes {
-            self.write_u64(u64::from(*b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        let p = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        self.0 = p ^ (p >> 32);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Consecutive ids of one epoch, and the same counter in consecutive epochs, land apart.
-    #[test]
-    fn consecutive_session_ids_spread_over_the_table() {
-        let hash = |id: u64| {
-            let mut h = IdHasher::default();
-            h.write_u64(id);
-            h.finish()
-        };
-        let ids: Vec<u64> = (1..=4096).map(|n| (3 << 32) | n).chain((1..=64).map(|e| (e << 32) | 1)).collect();
-        let low: std::collections::HashSet<u64> = ids.iter().map(|id| hash(*id) & 0xfff).collect();
-        let tags: std::collections::HashSet<u64> = ids.iter().map(|id| hash(*id) >> 57).collect();
-        assert!(low.len() > ids.len() / 2, "{} distinct buckets of {}", low.len(), ids.len());
-        assert_eq!(tags.len(), 128, "every 7-bit tag in use");
-        let mut m: IdMap<u64> = IdMap::default();
-        for id in &ids {
-            m.insert(*id, *id);
-        }
-        assert!(ids.iter().all(|id| m.get(id) == Some(id)));
-    }
-}
+pub(crate) type IdMap<V> = locksmith_core::driver::IdMap<V>;

@@ -239,12 +239,17 @@ impl ClusterSecret {
             return Err(ProofError::Malformed);
         }
         let cluster = u128::from_str_radix(cluster, 16).map_err(|_| ProofError::Malformed)?;
-        let digest: [u8; 32] = unhex(next()?).and_then(|d| d.try_into().ok()).ok_or(ProofError::Malformed)?;
-        let tag = unhex(next()?).ok_or(ProofError::Malformed)?;
+        let mut digest = [0u8; 32];
+        if unhex(next()?, &mut digest) != Some(32) {
+            return Err(ProofError::Malformed);
+        }
+        let mut tag = [0u8; 64];
+        let tag_len = unhex(next()?, &mut tag).ok_or(ProofError::Malformed)?;
+        let tag = &tag[..tag_len];
         if parts.next().is_some() {
             return Err(ProofError::Malformed);
         }
-        hmac::verify(&self.key, &signed(call, [sender, target, issued], cluster, &digest), &tag)
+        hmac::verify(&self.key, &signed(call, [sender, target, issued], cluster, &digest), tag)
             .map_err(|_| ProofError::Forged)?;
         Ok(Claim { sender, target, issued, cluster, digest })
     }
@@ -274,12 +279,24 @@ fn push_hex(out: &mut String, bytes: &[u8]) {
     }
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 128 {
+/// Decodes hex `s` into the start of `out` and returns how many bytes it wrote; `None` when
+/// `s` is not hex of at most `out.len()` bytes. Into the caller's buffer: a proof is checked
+/// for every Raft message.
+fn unhex(s: &str, out: &mut [u8]) -> Option<usize> {
+    let s = s.as_bytes();
+    if s.len() % 2 != 0 || s.len() / 2 > out.len() {
         return None;
     }
-    let digit = |c: u8| char::from(c).to_digit(16).and_then(|d| u8::try_from(d).ok());
-    s.as_bytes().chunks_exact(2).map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?)).collect()
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    for (byte, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(s.len() / 2)
 }
 
 #[cfg(test)]
@@ -328,8 +345,12 @@ mod tests {
         assert_eq!(parts[5], expected);
         assert_eq!(parts[6].len(), 64);
         assert!(parts[6].bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
-        assert_eq!(unhex("0aFf"), Some(vec![0x0a, 0xff]));
-        assert_eq!(unhex("+1"), None);
+        let mut out = [0u8; 4];
+        assert_eq!(unhex("0aFf", &mut out), Some(2));
+        assert_eq!(out[..2], [0x0a, 0xff]);
+        assert_eq!(unhex("+1", &mut out), None);
+        assert_eq!(unhex("0", &mut out), None);
+        assert_eq!(unhex("0011223344", &mut out), None);
     }
 
     #[test]

@@ -7,6 +7,7 @@ of scripts/profile-cluster-node.sh:
     scripts/callgrind-per-event.py DIR --self       # exclusive, top 40 functions
     scripts/callgrind-per-event.py DIR --groups     # exclusive, summed by crate/part
     scripts/callgrind-per-event.py DIR --calls RE   # calls per event of the functions matching RE
+    scripts/callgrind-per-event.py DIR --callers RE # the same, by caller
 
 DIR holds callgrind.out.1, callgrind.out.2 and `cycles` ("N1 N2")."""
 import re, subprocess, sys
@@ -32,7 +33,7 @@ GROUPS = [
 def raw(path):
     """Self cost and calls received per function, read from the dump itself (callgrind_annotate
     3.19 prints these Rust programs' costs as inclusive either way)."""
-    names, self_cost, calls_in = {}, {}, {}
+    names, self_cost, calls_in, edges = {}, {}, {}, {}
     fn, after_calls, callee = None, False, None
     for line in open(path, encoding="utf-8", errors="replace"):
         line = line.rstrip("\n")
@@ -50,7 +51,9 @@ def raw(path):
                 callee = name
             continue
         if line.startswith("calls="):
-            calls_in[callee] = calls_in.get(callee, 0) + int(line[6:].split()[0])
+            n = int(line[6:].split()[0])
+            calls_in[callee] = calls_in.get(callee, 0) + n
+            edges[(fn, callee)] = edges.get((fn, callee), 0) + n
             after_calls = True
             continue
         if line and (line[0].isdigit() or line[0] in "+-*"):
@@ -60,7 +63,7 @@ def raw(path):
             parts = line.split()
             if len(parts) >= 2 and fn is not None:
                 self_cost[fn] = self_cost.get(fn, 0) + int(parts[1])
-    return self_cost, calls_in
+    return self_cost, calls_in, edges
 
 
 def table(path, inclusive):
@@ -81,6 +84,14 @@ def main():
     d = sys.argv[1]
     n1, n2 = (float(x) for x in open(f"{d}/cycles").read().split())
     p1, p2 = f"{d}/callgrind.out.1", f"{d}/callgrind.out.2"
+    if "--callers" in sys.argv:
+        pat = re.compile(sys.argv[sys.argv.index("--callers") + 1])
+        a, b = ({k: v for k, v in raw(p)[2].items() if pat.search(k[1])} for p in (p1, p2))
+        rows = {k: (b.get(k, 0) - a.get(k, 0)) / (n2 - n1) for k in set(a) | set(b)}
+        for (caller, callee), v in sorted(rows.items(), key=lambda kv: -kv[1]):
+            if abs(v) >= 0.5:
+                print(f"{v:10.1f}  {caller[:110]} -> {callee[:40]}")
+        return
     if "--calls" in sys.argv:
         pat = re.compile(sys.argv[sys.argv.index("--calls") + 1])
         a, b = ({k: v for k, v in raw(p)[1].items() if pat.search(k)} for p in (p1, p2))

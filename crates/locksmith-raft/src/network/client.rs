@@ -308,7 +308,7 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: Error + DeserializeOwned,
     {
-        let payload = postcard::to_stdvec(req).map_err(|e| network_error(&e))?;
+        let payload = super::encode(req).map_err(|e| network_error(&e))?;
         let cluster = self.cluster(rpc);
         let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, cluster, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
@@ -367,7 +367,7 @@ impl PeerClient {
         option: &RPCOption,
     ) -> Option<Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>>> {
         let rpc = Rpc::AppendEntries;
-        let payload = match postcard::to_stdvec(req) {
+        let payload = match super::encode(req) {
             Ok(p) => p,
             Err(e) => return Some(Err(network_error(&e))),
         };

@@ -22,7 +22,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fmt;
+use std::fmt::{self, Write as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -212,7 +212,14 @@ impl ClusterSecret {
         let mut d = [0u8; 32];
         d.copy_from_slice(digest.as_ref());
         let tag = hmac::sign(&self.key, &signed(call, [sender, target, issued], cluster, &d));
-        format!("{VERSION}.{sender}.{target}.{issued}.{cluster:032x}.{}.{}", hex(&d), hex(tag.as_ref()))
+        // Sized once: three u64s, the cluster id, the digest and the tag in hex, six dots.
+        let mut proof = String::with_capacity(VERSION.len() + 3 * 20 + 32 + 2 * (d.len() + tag.as_ref().len()) + 6);
+        // Writing to a String cannot fail.
+        let _ = write!(proof, "{VERSION}.{sender}.{target}.{issued}.{cluster:032x}.");
+        push_hex(&mut proof, &d);
+        proof.push('.');
+        push_hex(&mut proof, tag.as_ref());
+        proof
     }
 
     /// Verifies `header` (a [`NODE_PROOF_HEADER`] value) for gRPC method `call`, in constant
@@ -234,12 +241,17 @@ impl ClusterSecret {
             return Err(ProofError::Malformed);
         }
         let cluster = u128::from_str_radix(cluster, 16).map_err(|_| ProofError::Malformed)?;
-        let digest: [u8; 32] = unhex(next()?).and_then(|d| d.try_into().ok()).ok_or(ProofError::Malformed)?;
-        let tag = unhex(next()?).ok_or(ProofError::Malformed)?;
+        let mut digest = [0u8; 32];
+        if unhex(next()?, &mut digest) != Some(32) {
+            return Err(ProofError::Malformed);
+        }
+        let mut tag = [0u8; 64];
+        let tag_len = unhex(next()?, &mut tag).ok_or(ProofError::Malformed)?;
+        let tag = &tag[..tag_len];
         if parts.next().is_some() {
             return Err(ProofError::Malformed);
         }
-        hmac::verify(&self.key, &signed(call, [sender, target, issued], cluster, &digest), &tag)
+        hmac::verify(&self.key, &signed(call, [sender, target, issued], cluster, &digest), tag)
             .map_err(|_| ProofError::Forged)?;
         Ok(Claim { sender, target, issued, cluster, digest })
     }
@@ -259,15 +271,34 @@ fn signed(call: &str, numbers: [u64; 3], cluster: u128, digest: &[u8; 32]) -> Ve
     m
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// Appends `bytes` as lower-case hex. A proof is made for every Raft message: formatting each
+/// byte with `format!` (an allocation each) cost more than the HMAC and the digest together.
+fn push_hex(out: &mut String, bytes: &[u8]) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in bytes {
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
+    }
 }
 
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || s.len() > 128 {
+/// Decodes hex `s` into the start of `out` and returns how many bytes it wrote; `None` when
+/// `s` is not hex of at most `out.len()` bytes. Into the caller's buffer: a proof is checked
+/// for every Raft message.
+fn unhex(s: &str, out: &mut [u8]) -> Option<usize> {
+    let s = s.as_bytes();
+    if s.len() % 2 != 0 || s.len() / 2 > out.len() {
         return None;
     }
-    (0..s.len()).step_by(2).map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok()).collect()
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    };
+    for (byte, pair) in out.iter_mut().zip(s.chunks_exact(2)) {
+        *byte = digit(pair[0])? << 4 | digit(pair[1])?;
+    }
+    Some(s.len() / 2)
 }
 
 #[cfg(test)]
@@ -303,6 +334,25 @@ mod tests {
         for junk in ["", "v1", "v2.1.2.3.00.00", "v1.1.2.3.zz.00", &format!("{header}.1")] {
             assert_eq!(secret().check(CALL, junk), Err(ProofError::Malformed), "{junk}");
         }
+    }
+
+    #[test]
+    fn a_proof_is_lower_case_hex_at_fixed_widths() {
+        let header = secret().prove(CALL, 3, 1, 0xab, b"entries");
+        let parts: Vec<&str> = header.split('.').collect();
+        assert_eq!(parts[..3], ["v1", "3", "1"]);
+        assert_eq!(parts[4], format!("{:032x}", 0xab));
+        let digest = digest::digest(&digest::SHA256, b"entries");
+        let expected: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(parts[5], expected);
+        assert_eq!(parts[6].len(), 64);
+        assert!(parts[6].bytes().all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(&c)));
+        let mut out = [0u8; 4];
+        assert_eq!(unhex("0aFf", &mut out), Some(2));
+        assert_eq!(out[..2], [0x0a, 0xff]);
+        assert_eq!(unhex("+1", &mut out), None);
+        assert_eq!(unhex("0", &mut out), None);
+        assert_eq!(unhex("0011223344", &mut out), None);
     }
 
     #[test]

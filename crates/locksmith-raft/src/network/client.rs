@@ -308,7 +308,7 @@ impl PeerClient {
         Resp: DeserializeOwned,
         E: Error + DeserializeOwned,
     {
-        let payload = postcard::to_stdvec(req).map_err(|e| network_error(&e))?;
+        let payload = super::encode(req).map_err(|e| network_error(&e))?;
         let cluster = self.cluster(rpc);
         let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, cluster, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
@@ -367,7 +367,7 @@ impl PeerClient {
         option: &RPCOption,
     ) -> Option<Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, Node, RaftError<NodeId>>>> {
         let rpc = Rpc::AppendEntries;
-        let payload = match postcard::to_stdvec(req) {
+        let payload = match super::encode(req) {
             Ok(p) => p,
             Err(e) => return Some(Err(network_error(&e))),
         };
@@ -387,19 +387,23 @@ impl PeerClient {
         let open = self.replication.take();
         let opening = match open {
             Some(replication) => Ok(replication),
+            // Only a stream being opened needs the proof of its opening call (over an empty
+            // message): made here, not for every message sent on an open stream.
             None => match self.client.as_mut() {
-                Ok(client) => Err(client.clone()),
+                Ok(client) => Err((
+                    client.clone(),
+                    self.secret.as_ref().map(|s| s.prove(STREAM_PATH, self.id, self.target, cluster, b"")),
+                )),
                 Err(e) => return Some(Err(network_error(e))),
             },
         };
-        let open_proof = self.secret.as_ref().map(|s| s.prove(STREAM_PATH, self.id, self.target, cluster, b""));
         let exchange = async {
             let mut replication = match opening {
                 Ok(replication) => {
                     replication.requests.send(message).await.map_err(|_| closed())?;
                     replication
                 }
-                Err(client) => open_stream(client, message, open_proof, cluster).await?,
+                Err((client, open_proof)) => open_stream(client, message, open_proof, cluster).await?,
             };
             match replication.replies.message().await {
                 Ok(Some(reply)) => Ok((reply, replication)),

@@ -225,7 +225,7 @@ impl Incoming {
         let entries = req.entries.len();
         let result = self.service.raft.append_entries(req).await;
         self.ended = matches!(result, Err(openraft::error::RaftError::Fatal(_)));
-        let payload = postcard::to_stdvec(&result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
+        let payload = super::encode(&result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
         crate::latency::done(started, "follower_append_entries", entries);
         Ok(RaftReply { payload })
     }
@@ -236,7 +236,7 @@ impl Incoming {
 type Replies = Pin<Box<dyn Stream<Item = Result<RaftReply, Status>> + Send>>;
 
 fn reply<T: Serialize>(result: &T) -> Result<Response<RaftReply>, Status> {
-    let payload = postcard::to_stdvec(result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
+    let payload = super::encode(result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
     Ok(Response::new(RaftReply { payload }))
 }
 

@@ -1,6 +1,7 @@
 //! Who leads, as a small value the application can watch.
 
-use openraft::RaftMetrics;
+use openraft::metrics::RaftServerMetrics;
+use openraft::LogId;
 use openraft::ServerState;
 
 use crate::types::Node;
@@ -32,26 +33,27 @@ pub struct Leadership {
 }
 
 impl Leadership {
-    pub(crate) fn from_metrics(id: NodeId, m: &RaftMetrics<NodeId, Node>) -> Self {
-        Self { leader_addr: crate::membership::leader_addr(m).map(str::to_string), ..Self::without_addr(id, m) }
+    /// This node's view from openraft's server metrics, and the last entry its state machine
+    /// applied (which only [`ready`](Self::ready) needs).
+    pub(crate) fn from_server(m: &RaftServerMetrics<NodeId, Node>, applied: Option<&LogId<NodeId>>) -> Self {
+        Self { leader_addr: crate::membership::leader_addr(m).map(str::to_string), ..Self::without_addr(m, applied) }
     }
 
-    /// [`from_metrics`](Self::from_metrics) but for the leader's address (left `None`), which
+    /// [`from_server`](Self::from_server) but for the leader's address (left `None`), which
     /// alone costs an allocation: for comparing on every metrics update.
-    pub(crate) fn without_addr(id: NodeId, m: &RaftMetrics<NodeId, Node>) -> Self {
+    pub(crate) fn without_addr(m: &RaftServerMetrics<NodeId, Node>, applied: Option<&LogId<NodeId>>) -> Self {
         let is_leader = m.state == ServerState::Leader;
+        let term = m.vote.leader_id().get_term();
         // A leader's first entry is a blank one of its own term: once an entry of this term by
         // this node is applied, everything before it is too.
-        let ready = is_leader
-            && m.last_applied.is_some_and(|l| l.leader_id.term == m.current_term && l.leader_id.node_id == id);
-        let leader = crate::membership::current_leader(m);
+        let ready = is_leader && applied.is_some_and(|l| l.leader_id.term == term && l.leader_id.node_id == m.id);
         Self {
-            term: m.current_term,
-            leader,
+            term,
+            leader: crate::membership::server_leader(m),
             leader_addr: None,
             is_leader,
             ready,
-            stopped: m.running_state.is_err() || m.state == ServerState::Shutdown,
+            stopped: m.state == ServerState::Shutdown,
         }
     }
 }

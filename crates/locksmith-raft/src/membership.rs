@@ -1,6 +1,7 @@
 //! A node's view of its cluster ([`ClusterStatus`]) and the outcomes of membership changes, as
 //! `locksmith cluster status|add|remove` shows them.
 
+use openraft::metrics::RaftServerMetrics;
 use openraft::RaftMetrics;
 use openraft::ServerState;
 
@@ -77,13 +78,23 @@ pub struct ClusterStatus {
 /// The leader of the current term as `m` knows it. Not this node once it stopped leading: a
 /// leader removed from the cluster steps down within its term, and openraft still names it.
 pub(crate) fn current_leader(m: &RaftMetrics<NodeId, Node>) -> Option<NodeId> {
-    m.current_leader.filter(|l| *l != m.id || m.state == ServerState::Leader)
+    leader_of(m.id, m.state, m.current_leader)
 }
 
-/// The `host:port` of the leader [`current_leader`] names, when it is a member: what
+/// [`current_leader`] from openraft's server metrics (which change only with the vote, the
+/// state, the leader or the membership, not with every entry).
+pub(crate) fn server_leader(m: &RaftServerMetrics<NodeId, Node>) -> Option<NodeId> {
+    leader_of(m.id, m.state, m.current_leader)
+}
+
+fn leader_of(id: NodeId, state: ServerState, leader: Option<NodeId>) -> Option<NodeId> {
+    leader.filter(|l| *l != id || state == ServerState::Leader)
+}
+
+/// The `host:port` of the leader [`server_leader`] names, when it is a member: what
 /// [`ClusterStatus::leader_addr`] answers, without building the view.
-pub(crate) fn leader_addr(m: &RaftMetrics<NodeId, Node>) -> Option<&str> {
-    current_leader(m).and_then(|l| m.membership_config.membership().get_node(&l)).map(|n| n.addr.as_str())
+pub(crate) fn leader_addr(m: &RaftServerMetrics<NodeId, Node>) -> Option<&str> {
+    server_leader(m).and_then(|l| m.membership_config.membership().get_node(&l)).map(|n| n.addr.as_str())
 }
 
 /// The last log index the leader knows node `id` stored (leader only).

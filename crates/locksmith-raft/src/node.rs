@@ -11,6 +11,8 @@ use std::time::Duration;
 use openraft::error::ForwardToLeader;
 use openraft::error::InitializeError;
 use openraft::error::RaftError;
+use openraft::metrics::RaftDataMetrics;
+use openraft::metrics::RaftServerMetrics;
 use openraft::network::RaftNetworkFactory;
 use openraft::BasicNode;
 use openraft::ChangeMembers;
@@ -189,7 +191,7 @@ impl<M: Replicated> RaftNode<M> {
                 }));
             }
         }
-        let (leadership, watcher) = watch_leadership(id, raft.metrics());
+        let (leadership, watcher) = watch_leadership(raft.server_metrics(), raft.data_metrics());
         tasks.push(watcher);
         Ok(Self {
             id,
@@ -551,24 +553,43 @@ fn membership_result<T>(
     r.map_err(|e| raft_error(e, MembershipError::ForwardToLeader, MembershipError::Rejected, MembershipError::Stopped))
 }
 
-/// Follows openraft's metrics and publishes [`Leadership`] when it changes.
+/// Follows openraft's server metrics and publishes [`Leadership`] when it changes.
+///
+/// openraft sends its full metrics after nearly every batch of work (several times per entry);
+/// the server metrics change only with the vote, the state, the leader or the membership. The
+/// applied entry matters only between winning an election and [`Leadership::ready`], so the
+/// data metrics are followed only then: in steady state nothing here wakes per entry.
 fn watch_leadership(
-    id: NodeId,
-    mut metrics: watch::Receiver<RaftMetrics<NodeId, Node>>,
+    mut server: watch::Receiver<RaftServerMetrics<NodeId, Node>>,
+    mut data: watch::Receiver<RaftDataMetrics<NodeId>>,
 ) -> (watch::Receiver<Leadership>, tokio::task::JoinHandle<()>) {
-    let (tx, rx) = watch::channel(Leadership::from_metrics(id, &metrics.borrow_and_update()));
+    let first = Leadership::from_server(&server.borrow_and_update(), data.borrow_and_update().last_applied.as_ref());
+    let (tx, rx) = watch::channel(first);
     let task = tokio::spawn(async move {
         loop {
-            let closed = metrics.changed().await.is_err();
-            // Most updates (an applied entry, a heartbeat) change nothing here: the leader's
-            // address is compared borrowed, and copied only when it changed. openraft's metrics
-            // are released before publishing, so no lock is held while taking the other.
+            let waiting_to_serve = {
+                let l = tx.borrow();
+                l.is_leader && !l.ready
+            };
+            // Both senders belong to openraft's core: either closing means it stopped.
+            let closed = if waiting_to_serve {
+                tokio::select! {
+                    r = server.changed() => r.is_err(),
+                    r = data.changed() => r.is_err(),
+                }
+            } else {
+                server.changed().await.is_err()
+            };
+            // The leader's address is compared borrowed, and copied only when it changed.
+            // openraft's metrics are released before publishing, so no lock is held while
+            // taking the other.
             let (mut now, new_addr) = {
-                let m = metrics.borrow_and_update();
+                let m = server.borrow_and_update();
+                let applied = data.borrow_and_update().last_applied;
                 let addr = crate::membership::leader_addr(&m);
                 // Only this task publishes: what it reads here is still there below.
                 let new_addr = (tx.borrow().leader_addr.as_deref() != addr).then(|| addr.map(str::to_string));
-                (Leadership::without_addr(id, &m), new_addr)
+                (Leadership::without_addr(&m, applied.as_ref()), new_addr)
             };
             if closed {
                 now = Leadership { is_leader: false, ready: false, stopped: true, ..now };

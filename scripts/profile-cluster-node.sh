@@ -16,7 +16,7 @@
 # the slowed one lags, and it gets entries in batches, which a real follower does not.
 #
 # Prints the instructions per cycle; the dumps stay in $OUT (default /tmp/cluster-node-ROLE) for
-# scripts/cluster-node-breakdown.py or callgrind_annotate. Needs valgrind. Ends every process it
+# scripts/callgrind-per-event.py or callgrind_annotate. Needs valgrind. Ends every process it
 # starts, by PID.
 set -euo pipefail
 server=$1 client=$2 role=${3:-leader} short=${4:-4s} long=${5:-12s}

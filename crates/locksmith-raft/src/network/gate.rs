@@ -257,6 +257,40 @@ impl Gate {
         status
     }
 
+    /// Who sent a call or a stream message: the node its credentials name — `known` (its
+    /// node certificate, or the node that opened the stream) and the `claim` of its node proof,
+    /// which must agree — or `None` when neither proved anyone (let through only while
+    /// upgrading). Refused when they name different nodes (`mismatch` says how), and when the
+    /// proof is for another node than this one.
+    fn sender(
+        &self,
+        known: Option<NodeId>,
+        claim: Option<&Claim>,
+        refusal: &dyn Fn(&'static str, Option<NodeId>) -> Refusal,
+        mismatch: impl FnOnce(NodeId, NodeId) -> String,
+    ) -> Result<Option<NodeId>, Status> {
+        let sender = match (known, claim) {
+            (None, None) => return Ok(None),
+            (Some(id), None) => id,
+            (None, Some(c)) => c.sender,
+            (Some(id), Some(c)) if id == c.sender => id,
+            (Some(id), Some(c)) => {
+                return Err(
+                    self.refuse(refusal("wrong_sender", Some(id)), Status::permission_denied(mismatch(id, c.sender)))
+                )
+            }
+        };
+        if let Some(claim) = claim {
+            if claim.target != self.id {
+                return Err(Status::failed_precondition(format!(
+                    "this is raft node {}, not node {}: the cluster's address for it is stale",
+                    self.id, claim.target
+                )));
+            }
+        }
+        Ok(Some(sender))
+    }
+
     /// The gate's verdict on a call from its connection and headers.
     fn admit<B>(&self, req: &http::Request<B>) -> Result<Admitted, Status> {
         let Some(auth) = &self.auth else { return Ok(Admitted::Unproven) };
@@ -302,29 +336,10 @@ impl Gate {
                     .map_err(|e| self.refuse(refusal("bad_proof", by_cert), Status::unauthenticated(e.to_string())))?,
             ),
         };
-        let sender = match (by_cert, &claim) {
-            (None, None) => return Ok(Admitted::Unproven),
-            (Some(id), None) => id,
-            (None, Some(c)) => c.sender,
-            (Some(id), Some(c)) if id == c.sender => id,
-            (Some(id), Some(c)) => {
-                return Err(self.refuse(
-                    refusal("wrong_sender", Some(id)),
-                    Status::permission_denied(format!(
-                        "the node certificate names node {id}, the node proof node {}",
-                        c.sender
-                    )),
-                ))
-            }
-        };
-        if let Some(claim) = &claim {
-            if claim.target != self.id {
-                return Err(Status::failed_precondition(format!(
-                    "this is raft node {}, not node {}: the cluster's address for it is stale",
-                    self.id, claim.target
-                )));
-            }
-        }
+        let sender = self.sender(by_cert, claim.as_ref(), &refusal, |id, claimed| {
+            format!("the node certificate names node {id}, the node proof node {claimed}")
+        })?;
+        let Some(sender) = sender else { return Ok(Admitted::Unproven) };
         // A candidate must be a member as this node sees it. A proven leader need not: a member
         // that missed the change adding that leader learns of it from the leader's own log.
         if call == "vote" && !self.is_member(sender) {
@@ -393,29 +408,10 @@ impl Gate {
                     .map_err(|e| self.refuse(refusal("bad_proof", opener), Status::unauthenticated(e.to_string())))?,
             ),
         };
-        let sender = match (opener, &claim) {
-            (None, None) => return Ok(Admitted::Unproven),
-            (Some(id), None) => id,
-            (None, Some(c)) => c.sender,
-            (Some(id), Some(c)) if id == c.sender => id,
-            (Some(id), Some(c)) => {
-                return Err(self.refuse(
-                    refusal("wrong_sender", Some(id)),
-                    Status::permission_denied(format!(
-                        "node {id} opened this stream, and a message's node proof names node {}",
-                        c.sender
-                    )),
-                ))
-            }
-        };
-        if let Some(claim) = &claim {
-            if claim.target != self.id {
-                return Err(Status::failed_precondition(format!(
-                    "this is raft node {}, not node {}: the cluster's address for it is stale",
-                    self.id, claim.target
-                )));
-            }
-        }
+        let sender = self.sender(opener, claim.as_ref(), &refusal, |id, claimed| {
+            format!("node {id} opened this stream, and a message's node proof names node {claimed}")
+        })?;
+        let Some(sender) = sender else { return Ok(Admitted::Unproven) };
         let cluster = claim.as_ref().map_or(cluster, |c| c.cluster);
         if let Err(message) = self.check_cluster(call, sender, cluster) {
             return Err(self.refuse(refusal("foreign_cluster", Some(sender)), Status::permission_denied(message)));

@@ -21,6 +21,7 @@
 use std::process::Command;
 use std::time::Duration;
 
+use locksmith_bench::ExampleArgs;
 use locksmith_testkit::{EtcdCluster, NativeCluster, NativeServer, RedisServer};
 
 fn main() {
@@ -29,19 +30,9 @@ fn main() {
 }
 
 fn run() -> i32 {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    if args.is_empty() {
+    let Some(ExampleArgs { bin, before, bench: args, .. }) = ExampleArgs::parse(std::env::args().skip(1)) else {
         eprintln!("usage: bench_cluster PATH-TO-locksmith [--before PATH-TO-OTHER-locksmith] [bench options…]");
         return 2;
-    }
-    let bin = args.remove(0);
-    let before = match args.first().map(String::as_str) {
-        Some("--before") if args.len() > 1 => {
-            let other = args.remove(1);
-            args.remove(0);
-            Some(other)
-        }
-        _ => None,
     };
     let cluster = NativeCluster::start(bin.as_ref(), 3);
     let cluster_before = before.as_ref().map(|b| NativeCluster::start(b.as_ref(), 3));

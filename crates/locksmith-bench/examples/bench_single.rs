@@ -11,6 +11,7 @@
 //! ```
 use std::process::Command;
 
+use locksmith_bench::ExampleArgs;
 use locksmith_testkit::{NativeServer, RedisServer};
 
 fn main() {
@@ -19,19 +20,9 @@ fn main() {
 }
 
 fn run() -> i32 {
-    let mut args: Vec<String> = std::env::args().skip(1).collect();
-    if args.is_empty() {
+    let Some(ExampleArgs { bin, before, bench: args, .. }) = ExampleArgs::parse(std::env::args().skip(1)) else {
         eprintln!("usage: bench_single PATH-TO-locksmith [--before PATH-TO-OTHER-locksmith] [bench options…]");
         return 2;
-    }
-    let bin = args.remove(0);
-    let before = match args.first().map(String::as_str) {
-        Some("--before") if args.len() > 1 => {
-            let other = args.remove(1);
-            args.remove(0);
-            Some(other)
-        }
-        _ => None,
     };
     let native = NativeServer::start(bin.as_ref());
     let native_before = before.map(|b| NativeServer::start(b.as_ref()));

@@ -48,6 +48,7 @@
 mod args;
 mod baseline;
 mod counters;
+mod example_args;
 mod floor;
 mod herd;
 mod plot;
@@ -62,6 +63,7 @@ use std::hash::BuildHasher;
 use std::process::ExitCode;
 
 pub use args::{BenchArgs, Workload};
+pub use example_args::ExampleArgs;
 pub use floor::Floor;
 pub use report::Figures;
 pub use workloads::WARMUP_CYCLES;

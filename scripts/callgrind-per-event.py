@@ -8,9 +8,14 @@ of scripts/profile-cluster-node.sh:
     scripts/callgrind-per-event.py DIR --groups     # exclusive, summed by crate/part
     scripts/callgrind-per-event.py DIR --calls RE   # calls per event of the functions matching RE
     scripts/callgrind-per-event.py DIR --callers RE # the same, by caller
+    scripts/callgrind-per-event.py DIR --bench SHORT LONG
+        # the whole program's instructions per event; first counts the events of the two
+        # `locksmith bench --json` runs DIR/bench-SHORT.json and DIR/bench-LONG.json (8x1
+        # acquisitions when the run has them, else uncontended cycles) into DIR/cycles
 
-DIR holds callgrind.out.1, callgrind.out.2 and `cycles` ("N1 N2")."""
-import re, subprocess, sys
+DIR holds callgrind.out.1, callgrind.out.2 and `cycles` ("N1 N2", events of the two runs).
+scripts/profile-cluster-node.sh and scripts/profile-grant-path.sh call the --bench form."""
+import json, re, subprocess, sys
 
 GROUPS = [
     ("malloc/free/realloc", r"^(malloc|free|realloc|calloc|_int_|__rustc::__r|__rust_|cfree|tcache|arena|alloc::alloc|unlink_chunk|malloc_consolidate)"),
@@ -80,8 +85,28 @@ def table(path, inclusive):
             rows[name] = rows.get(name, 0) + int(m.group(1).replace(",", ""))
     return rows
 
+def bench_events(path):
+    """Events of one `locksmith bench --json` run of one backend and one round."""
+    j = json.load(open(path))
+    r = j["backends"][0]["rounds"][0]
+    return sum(r.get("contended_acquisitions") or []) or r["cycles_per_sec"] * j["duration_ms"] / 1000
+
+
+def program_total(path):
+    text = subprocess.run(["callgrind_annotate", path], capture_output=True, text=True).stdout
+    return int(re.search(r"([\d,]+) .*PROGRAM TOTALS", text).group(1).replace(",", ""))
+
+
 def main():
     d = sys.argv[1]
+    if "--bench" in sys.argv:
+        i = sys.argv.index("--bench")
+        short, long = sys.argv[i + 1], sys.argv[i + 2]
+        n1, n2 = bench_events(f"{d}/bench-{short}.json"), bench_events(f"{d}/bench-{long}.json")
+        open(f"{d}/cycles", "w").write(f"{n1} {n2}\n")
+        t1, t2 = program_total(f"{d}/callgrind.out.1"), program_total(f"{d}/callgrind.out.2")
+        print(f"{(t2 - t1) / (n2 - n1):,.0f} instructions per event ({n1:.0f} and {n2:.0f} events; dumps in {d})")
+        return
     n1, n2 = (float(x) for x in open(f"{d}/cycles").read().split())
     p1, p2 = f"{d}/callgrind.out.1", f"{d}/callgrind.out.2"
     if "--callers" in sys.argv:

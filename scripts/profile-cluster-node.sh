@@ -66,18 +66,4 @@ for d in "$short" "$long"; do
     "$client" bench --backend "$url" --workloads uncontended --duration "$d" --json > "$out/bench-$d.json"
     callgrind_control -d "${pids[$profiled]}" > /dev/null 2>&1
 done
-python3 - "$out" "$short" "$long" <<'PY'
-import json, re, subprocess, sys
-out, short, long = sys.argv[1:]
-def events(d):
-    j = json.load(open(f"{out}/bench-{d}.json"))
-    r = j["backends"][0]["rounds"][0]
-    return r["cycles_per_sec"] * j["duration_ms"] / 1000
-def total(i):
-    text = subprocess.run(["callgrind_annotate", f"{out}/callgrind.out.{i}"], capture_output=True, text=True).stdout
-    return int(re.search(r"([\d,]+) .*PROGRAM TOTALS", text).group(1).replace(",", ""))
-n1, n2 = events(short), events(long)
-t1, t2 = total(1), total(2)
-open(f"{out}/cycles", "w").write(f"{n1} {n2}\n")
-print(f"{(t2 - t1) / (n2 - n1):,.0f} instructions per cycle ({n1:.0f} and {n2:.0f} cycles; dumps in {out})")
-PY
+python3 "$(dirname "$0")/callgrind-per-event.py" "$out" --bench "$short" "$long"

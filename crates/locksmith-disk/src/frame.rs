@@ -25,10 +25,28 @@ pub const HEADER: usize = 8;
 /// assert_eq!(buf.len(), locksmith_disk::frame::HEADER + 3);
 /// ```
 pub fn encode(payload: &[u8], buf: &mut Vec<u8>) {
+    encode_with(buf, |buf| buf.extend_from_slice(payload));
+}
+
+/// Appends one frame to `buf` whose payload `write` appends: the same bytes as [`encode`], for
+/// a payload encoded in place (no buffer of its own first). The header is reserved before
+/// `write` runs and filled in after it, so `write` must only append.
+///
+/// ```
+/// let (mut framed, mut direct) = (Vec::new(), Vec::new());
+/// locksmith_disk::frame::encode_with(&mut framed, |buf| buf.extend_from_slice(b"abc"));
+/// locksmith_disk::frame::encode(b"abc", &mut direct);
+/// assert_eq!(framed, direct);
+/// ```
+pub fn encode_with(buf: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let at = buf.len();
+    buf.extend_from_slice(&[0; HEADER]);
+    write(buf);
+    let payload = &buf[at + HEADER..];
     let len = u32::try_from(payload.len()).unwrap_or(u32::MAX);
-    buf.extend_from_slice(&len.to_le_bytes());
-    buf.extend_from_slice(&crc32fast::hash(payload).to_le_bytes());
-    buf.extend_from_slice(payload);
+    let crc = crc32fast::hash(payload);
+    buf[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    buf[at + 4..at + HEADER].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Why the bytes at some offset are not one whole frame.

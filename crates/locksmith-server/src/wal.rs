@@ -242,18 +242,14 @@ struct Log {
     valid: u64,
 }
 
-/// Appends one framed record to `buf` ([`frame::encode`]'s bytes): the payload is encoded in
-/// place behind a header filled in after it, not into a buffer of its own first.
+/// Appends one framed record to `buf`: the payload is encoded in place ([`frame::encode_with`]),
+/// not into a buffer of its own first.
 pub(crate) fn encode_into(record: &Record, buf: &mut Vec<u8>) {
-    let at = buf.len();
-    buf.extend_from_slice(&[0; frame::HEADER]);
-    if !pb_impl::encode_hot(record, buf) {
-        pb_impl::to_wal(record).encode_raw(buf);
-    }
-    let payload = &buf[at + frame::HEADER..];
-    let header =
-        [u32::try_from(payload.len()).unwrap_or(u32::MAX).to_le_bytes(), crc32fast::hash(payload).to_le_bytes()];
-    buf[at..at + frame::HEADER].copy_from_slice(header.as_flattened());
+    frame::encode_with(buf, |buf| {
+        if !pb_impl::encode_hot(record, buf) {
+            pb_impl::to_wal(record).encode_raw(buf);
+        }
+    });
 }
 
 /// Why the bytes at some offset are not one whole record. The log and a replicated command

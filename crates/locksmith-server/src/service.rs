@@ -330,18 +330,17 @@ struct Actor {
 
 impl Actor {
     async fn run(mut self, mut rx: mpsc::Receiver<Command>, stop: Arc<tokio::sync::Notify>) -> Result<(), ServerError> {
-        let far = Duration::from_secs(86_400);
         // One timer and one stop wait for the task's life, moved only when the next deadline
         // does (a session opened or kept alive): made anew for each batch, they would join and
-        // leave the timer wheel and the stop's waiter list (a lock each way) per request.
-        let mut idle_until = tokio::time::Instant::from_std(now() + far);
-        let wake = tokio::time::sleep_until(idle_until);
+        // leave the timer wheel and the stop's waiter list (a lock each way) per request. With
+        // no deadline the timer is left where it is and not waited on.
+        let wake = tokio::time::sleep(Duration::from_secs(86_400));
         tokio::pin!(wake);
         let stopped = stop.notified();
         tokio::pin!(stopped);
         loop {
-            let next = self.machine.next_deadline().map_or(idle_until, tokio::time::Instant::from_std);
-            if wake.deadline() != next {
+            let next = self.machine.next_deadline().map(tokio::time::Instant::from_std);
+            if let Some(next) = next.filter(|&n| n != wake.deadline()) {
                 wake.as_mut().reset(next);
             }
             tokio::select! {
@@ -359,12 +358,8 @@ impl Actor {
                         n += 1;
                     }
                 }
-                () = &mut wake => {
-                    let t = now();
-                    if wake.deadline() == idle_until {
-                        idle_until = tokio::time::Instant::from_std(t + far);
-                    }
-                    self.machine.tick(t);
+                () = &mut wake, if next.is_some() => {
+                    self.machine.tick(now());
                     self.collect();
                 }
                 _ = leadership_changed(&mut self.cluster) => self.follow_leadership().await,

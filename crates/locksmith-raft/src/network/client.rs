@@ -177,7 +177,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             identity: self.identity.clone(),
             stream: self.stream,
             legacy: self.legacy.clone(),
-            addr: self.routes.get(&target).cloned().unwrap_or_else(|| node.addr.clone()),
+            legacy_key: (target, self.routes.get(&target).cloned().unwrap_or_else(|| node.addr.clone())),
             replication: None,
         }
     }
@@ -196,8 +196,9 @@ pub struct PeerClient {
     identity: Option<Arc<Identity>>,
     stream: bool,
     legacy: Legacy,
-    /// The address dialled (the route's, or the membership's).
-    addr: String,
+    /// The peer's key in `legacy`: its id and the address dialled (the route's, or the
+    /// membership's).
+    legacy_key: (NodeId, String),
     /// The replication stream to the peer, once opened; taken out while a call uses it, so a
     /// call that times out or is cancelled takes it along and the next call opens another.
     replication: Option<Replication>,
@@ -341,17 +342,20 @@ impl PeerClient {
     }
 
     /// Whether AppendEntries to this peer go over the replication stream: unless the peer
-    /// answered `UNIMPLEMENTED` to it less than [`RETRY_STREAM`] ago.
+    /// answered `UNIMPLEMENTED` to it less than [`RETRY_STREAM`] ago. A stream already open
+    /// is used at once: `legacy` is consulted only before opening one.
     fn streams(&self) -> bool {
         if !self.stream {
             return false;
         }
+        if self.replication.is_some() {
+            return true;
+        }
         let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (self.target, self.addr.clone());
-        match legacy.get(&key) {
+        match legacy.get(&self.legacy_key) {
             Some(until) if Instant::now() < *until => false,
             Some(_) => {
-                legacy.remove(&key);
+                legacy.remove(&self.legacy_key);
                 true
             }
             None => true,
@@ -422,7 +426,7 @@ impl PeerClient {
                     self.target
                 );
                 let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
-                legacy.insert((self.target, self.addr.clone()), Instant::now() + RETRY_STREAM);
+                legacy.insert(self.legacy_key.clone(), Instant::now() + RETRY_STREAM);
                 return None;
             }
             Ok(Err(status)) => Err(self.failed(rpc, deadline, &status)),

@@ -313,15 +313,7 @@ impl PeerClient {
         let cluster = self.cluster(rpc);
         let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, cluster, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
-        if let Some(proof) = proof {
-            let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network_error(&e))?;
-            request.metadata_mut().insert(NODE_PROOF_HEADER, value);
-        } else if cluster != 0 {
-            // Authenticated by its node certificate alone, the cluster id travels beside it.
-            let value =
-                tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(|e| network_error(&e))?;
-            request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
-        }
+        authenticate(&mut request, proof, cluster).map_err(|e| network_error(&e))?;
         // openraft gives up at the hard TTL; answering a timeout a little before lets
         // `append_entries` turn it into a smaller batch. The deadline also travels as
         // `grpc-timeout`, so the peer stops working on a request its sender has given up on.
@@ -449,6 +441,23 @@ fn closed() -> tonic::Status {
     tonic::Status::unavailable("the replication stream to the peer closed")
 }
 
+/// Puts on `request` what authenticates this node's call: its node `proof` in
+/// [`NODE_PROOF_HEADER`], otherwise (authenticated by its node certificate alone) the cluster
+/// id `cluster`, when it has one, in hex in `CLUSTER_ID_HEADER`.
+fn authenticate<T>(
+    request: &mut tonic::Request<T>,
+    proof: Option<String>,
+    cluster: u128,
+) -> Result<(), tonic::metadata::errors::InvalidMetadataValue> {
+    if let Some(proof) = proof {
+        request.metadata_mut().insert(NODE_PROOF_HEADER, tonic::metadata::MetadataValue::try_from(proof)?);
+    } else if cluster != 0 {
+        let value = tonic::metadata::MetadataValue::try_from(format!("{cluster:x}"))?;
+        request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
+    }
+    Ok(())
+}
+
 /// Opens a replication stream through `client`, `first` already queued on it so that it
 /// travels with the opening; `proof` (of an empty message) authenticates the opening.
 async fn open_stream(
@@ -463,13 +472,7 @@ async fn open_stream(
         queued.recv().await.map(|message| (message, queued))
     });
     let mut request = tonic::Request::new(outgoing);
-    let bad = |e: tonic::metadata::errors::InvalidMetadataValue| tonic::Status::internal(e.to_string());
-    if let Some(proof) = proof {
-        request.metadata_mut().insert(NODE_PROOF_HEADER, tonic::metadata::MetadataValue::try_from(proof).map_err(bad)?);
-    } else if cluster != 0 {
-        let value = tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(bad)?;
-        request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
-    }
+    authenticate(&mut request, proof, cluster).map_err(|e| tonic::Status::internal(e.to_string()))?;
     let replies = client.append_entries_stream(request).await?.into_inner();
     Ok(Replication { requests, replies })
 }

@@ -135,8 +135,14 @@ impl Network {
         self
     }
 
+    /// The address node `target` is dialled at: its route's when it has one, else `addr`, its
+    /// membership address.
+    fn dial_addr<'a>(&'a self, target: NodeId, addr: &'a str) -> &'a str {
+        self.routes.get(&target).map_or(addr, String::as_str)
+    }
+
+    /// The channel to node `target`, dialled at `addr` (see [`Network::dial_addr`]).
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
-        let addr = self.routes.get(&target).map_or(addr, String::as_str);
         // A poisoned map only means a panic elsewhere while inserting: the map itself is fine.
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((a, ch)) = channels.get(&target) {
@@ -163,7 +169,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
-        let client = self.channel(target, &node.addr).map(|ch| {
+        let addr = self.dial_addr(target, &node.addr);
+        let client = self.channel(target, addr).map(|ch| {
             RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
         });
         PeerClient {
@@ -177,7 +184,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             identity: self.identity.clone(),
             stream: self.stream,
             legacy: self.legacy.clone(),
-            legacy_key: (target, self.routes.get(&target).cloned().unwrap_or_else(|| node.addr.clone())),
+            legacy_key: (target, addr.to_owned()),
             replication: None,
         }
     }

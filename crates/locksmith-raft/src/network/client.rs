@@ -135,8 +135,14 @@ impl Network {
         self
     }
 
+    /// The address node `target` is dialled at: its route's when it has one, else `addr`, its
+    /// membership address.
+    fn dial_addr<'a>(&'a self, target: NodeId, addr: &'a str) -> &'a str {
+        self.routes.get(&target).map_or(addr, String::as_str)
+    }
+
+    /// The channel to node `target`, dialled at `addr` (see [`Network::dial_addr`]).
     fn channel(&self, target: NodeId, addr: &str) -> Result<Channel, String> {
-        let addr = self.routes.get(&target).map_or(addr, String::as_str);
         // A poisoned map only means a panic elsewhere while inserting: the map itself is fine.
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((a, ch)) = channels.get(&target) {
@@ -163,7 +169,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &Node) -> PeerClient {
-        let client = self.channel(target, &node.addr).map(|ch| {
+        let addr = self.dial_addr(target, &node.addr);
+        let client = self.channel(target, addr).map(|ch| {
             RaftClient::new(ch).max_decoding_message_size(MAX_MESSAGE).max_encoding_message_size(MAX_MESSAGE)
         });
         PeerClient {
@@ -177,7 +184,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             identity: self.identity.clone(),
             stream: self.stream,
             legacy: self.legacy.clone(),
-            addr: self.routes.get(&target).cloned().unwrap_or_else(|| node.addr.clone()),
+            legacy_key: (target, addr.to_owned()),
             replication: None,
         }
     }
@@ -196,8 +203,9 @@ pub struct PeerClient {
     identity: Option<Arc<Identity>>,
     stream: bool,
     legacy: Legacy,
-    /// The address dialled (the route's, or the membership's).
-    addr: String,
+    /// The peer's key in `legacy`: its id and the address dialled (the route's, or the
+    /// membership's).
+    legacy_key: (NodeId, String),
     /// The replication stream to the peer, once opened; taken out while a call uses it, so a
     /// call that times out or is cancelled takes it along and the next call opens another.
     replication: Option<Replication>,
@@ -312,15 +320,7 @@ impl PeerClient {
         let cluster = self.cluster(rpc);
         let proof = self.secret.as_ref().map(|s| s.prove(rpc.path(), self.id, self.target, cluster, &payload));
         let mut request = tonic::Request::new(RaftRequest { target: self.target, payload });
-        if let Some(proof) = proof {
-            let value = tonic::metadata::MetadataValue::try_from(proof).map_err(|e| network_error(&e))?;
-            request.metadata_mut().insert(NODE_PROOF_HEADER, value);
-        } else if cluster != 0 {
-            // Authenticated by its node certificate alone, the cluster id travels beside it.
-            let value =
-                tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(|e| network_error(&e))?;
-            request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
-        }
+        authenticate(&mut request, proof, cluster).map_err(|e| network_error(&e))?;
         // openraft gives up at the hard TTL; answering a timeout a little before lets
         // `append_entries` turn it into a smaller batch. The deadline also travels as
         // `grpc-timeout`, so the peer stops working on a request its sender has given up on.
@@ -341,17 +341,20 @@ impl PeerClient {
     }
 
     /// Whether AppendEntries to this peer go over the replication stream: unless the peer
-    /// answered `UNIMPLEMENTED` to it less than [`RETRY_STREAM`] ago.
+    /// answered `UNIMPLEMENTED` to it less than [`RETRY_STREAM`] ago. A stream already open
+    /// is used at once: `legacy` is consulted only before opening one.
     fn streams(&self) -> bool {
         if !self.stream {
             return false;
         }
+        if self.replication.is_some() {
+            return true;
+        }
         let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (self.target, self.addr.clone());
-        match legacy.get(&key) {
+        match legacy.get(&self.legacy_key) {
             Some(until) if Instant::now() < *until => false,
             Some(_) => {
-                legacy.remove(&key);
+                legacy.remove(&self.legacy_key);
                 true
             }
             None => true,
@@ -422,7 +425,7 @@ impl PeerClient {
                     self.target
                 );
                 let mut legacy = self.legacy.lock().unwrap_or_else(|p| p.into_inner());
-                legacy.insert((self.target, self.addr.clone()), Instant::now() + RETRY_STREAM);
+                legacy.insert(self.legacy_key.clone(), Instant::now() + RETRY_STREAM);
                 return None;
             }
             Ok(Err(status)) => Err(self.failed(rpc, deadline, &status)),
@@ -445,6 +448,23 @@ fn closed() -> tonic::Status {
     tonic::Status::unavailable("the replication stream to the peer closed")
 }
 
+/// Puts on `request` what authenticates this node's call: its node `proof` in
+/// [`NODE_PROOF_HEADER`], otherwise (authenticated by its node certificate alone) the cluster
+/// id `cluster`, when it has one, in hex in `CLUSTER_ID_HEADER`.
+fn authenticate<T>(
+    request: &mut tonic::Request<T>,
+    proof: Option<String>,
+    cluster: u128,
+) -> Result<(), tonic::metadata::errors::InvalidMetadataValue> {
+    if let Some(proof) = proof {
+        request.metadata_mut().insert(NODE_PROOF_HEADER, tonic::metadata::MetadataValue::try_from(proof)?);
+    } else if cluster != 0 {
+        let value = tonic::metadata::MetadataValue::try_from(format!("{cluster:x}"))?;
+        request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
+    }
+    Ok(())
+}
+
 /// Opens a replication stream through `client`, `first` already queued on it so that it
 /// travels with the opening; `proof` (of an empty message) authenticates the opening.
 async fn open_stream(
@@ -459,13 +479,7 @@ async fn open_stream(
         queued.recv().await.map(|message| (message, queued))
     });
     let mut request = tonic::Request::new(outgoing);
-    let bad = |e: tonic::metadata::errors::InvalidMetadataValue| tonic::Status::internal(e.to_string());
-    if let Some(proof) = proof {
-        request.metadata_mut().insert(NODE_PROOF_HEADER, tonic::metadata::MetadataValue::try_from(proof).map_err(bad)?);
-    } else if cluster != 0 {
-        let value = tonic::metadata::MetadataValue::try_from(format!("{cluster:x}")).map_err(bad)?;
-        request.metadata_mut().insert(super::gate::CLUSTER_ID_HEADER, value);
-    }
+    authenticate(&mut request, proof, cluster).map_err(|e| tonic::Status::internal(e.to_string()))?;
     let replies = client.append_entries_stream(request).await?.into_inner();
     Ok(Replication { requests, replies })
 }

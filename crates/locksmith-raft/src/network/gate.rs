@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use locksmith_proto::node_proof::Claim;
 use locksmith_proto::node_proof::ClusterSecret;
+use locksmith_proto::node_proof::ProofError;
 use locksmith_proto::node_proof::NODE_PROOF_HEADER;
 use tonic::body::Body;
 use tonic::codegen::http;
@@ -317,25 +318,15 @@ impl Gate {
                 }
             },
         };
-        let claim = match (&auth.secret, req.headers().get(NODE_PROOF_HEADER)) {
-            (None, _) => None,
-            (Some(_), None) if auth.accept_unauthenticated => None,
-            (Some(_), None) => {
-                return Err(self.refuse(
-                    refusal("no_proof", by_cert),
-                    Status::unauthenticated(
-                        "raft calls need a node proof: every node of the cluster needs the same --cluster-secret-file",
-                    ),
-                ))
-            }
-            (Some(secret), Some(header)) => Some(
-                header
-                    .to_str()
-                    .map_err(|_| locksmith_proto::node_proof::ProofError::Malformed)
-                    .and_then(|h| secret.check(path, h))
-                    .map_err(|e| self.refuse(refusal("bad_proof", by_cert), Status::unauthenticated(e.to_string())))?,
-            ),
-        };
+        let proof = req.headers().get(NODE_PROOF_HEADER).map(|h| h.to_str().map_err(|_| ProofError::Malformed));
+        let claim = self.claim(
+            auth,
+            path,
+            proof,
+            by_cert,
+            &refusal,
+            "raft calls need a node proof: every node of the cluster needs the same --cluster-secret-file",
+        )?;
         let sender = self.sender(by_cert, claim.as_ref(), &refusal, |id, claimed| {
             format!("the node certificate names node {id}, the node proof node {claimed}")
         })?;
@@ -350,15 +341,53 @@ impl Gate {
         }
         // The cluster id: inside the proof when there is one; otherwise in a header whose sender
         // the certificate proved.
-        let cluster = match &claim {
-            Some(c) => c.cluster,
-            None => req
-                .headers()
+        let unproven_cluster = || {
+            req.headers()
                 .get(CLUSTER_ID_HEADER)
                 .and_then(|h| h.to_str().ok())
                 .and_then(|h| u128::from_str_radix(h, 16).ok())
-                .unwrap_or(0),
+                .unwrap_or(0)
         };
+        self.proven(call, sender, claim, unproven_cluster, &refusal)
+    }
+
+    /// The claim of the node proof a call or a message shows over `path` (`proof`: `None` when
+    /// it shows none, `Err` when it cannot be read); `None` when no secret is configured, or when
+    /// none is shown while upgrading (`accept_unauthenticated`). Refused `no_proof` (`no_proof`
+    /// says what is missing) or `bad_proof`, naming `known` (the node its certificate or its
+    /// stream's opening proved) as the sender.
+    fn claim(
+        &self,
+        auth: &NodeAuth,
+        path: &str,
+        proof: Option<Result<&str, ProofError>>,
+        known: Option<NodeId>,
+        refusal: &dyn Fn(&'static str, Option<NodeId>) -> Refusal,
+        no_proof: &'static str,
+    ) -> Result<Option<Claim>, Status> {
+        let Some(secret) = &auth.secret else { return Ok(None) };
+        match proof {
+            None if auth.accept_unauthenticated => Ok(None),
+            None => Err(self.refuse(refusal("no_proof", known), Status::unauthenticated(no_proof))),
+            Some(proof) => proof
+                .and_then(|p| secret.check(path, p))
+                .map(Some)
+                .map_err(|e| self.refuse(refusal("bad_proof", known), Status::unauthenticated(e.to_string()))),
+        }
+    }
+
+    /// The verdict on a call or a message from `sender`, proven by its credentials (`claim`: its
+    /// node proof's, if any): admitted unless it comes from another cluster than this node's —
+    /// by the cluster id in its proof, or without one by `unproven_cluster()`.
+    fn proven(
+        &self,
+        call: &'static str,
+        sender: NodeId,
+        claim: Option<Claim>,
+        unproven_cluster: impl FnOnce() -> u128,
+        refusal: &dyn Fn(&'static str, Option<NodeId>) -> Refusal,
+    ) -> Result<Admitted, Status> {
+        let cluster = claim.as_ref().map_or_else(unproven_cluster, |c| c.cluster);
         if let Err(message) = self.check_cluster(call, sender, cluster) {
             return Err(self.refuse(refusal("foreign_cluster", Some(sender)), Status::permission_denied(message)));
         }
@@ -390,33 +419,20 @@ impl Gate {
             Admitted::Proven { sender, .. } => Some(*sender),
             Admitted::Unproven => None,
         };
-        let claim = match &auth.secret {
-            None => None,
-            Some(_) if proof.is_empty() && auth.accept_unauthenticated => None,
-            Some(_) if proof.is_empty() => {
-                return Err(self.refuse(
-                    refusal("no_proof", opener),
-                    Status::unauthenticated(
-                        "every raft message needs a node proof: every node of the cluster needs the same \
-                         --cluster-secret-file",
-                    ),
-                ))
-            }
-            Some(secret) => Some(
-                secret
-                    .check(STREAM_PATH, proof)
-                    .map_err(|e| self.refuse(refusal("bad_proof", opener), Status::unauthenticated(e.to_string())))?,
-            ),
-        };
+        let claim = self.claim(
+            auth,
+            STREAM_PATH,
+            (!proof.is_empty()).then_some(Ok(proof)),
+            opener,
+            &refusal,
+            "every raft message needs a node proof: every node of the cluster needs the same \
+             --cluster-secret-file",
+        )?;
         let sender = self.sender(opener, claim.as_ref(), &refusal, |id, claimed| {
             format!("node {id} opened this stream, and a message's node proof names node {claimed}")
         })?;
         let Some(sender) = sender else { return Ok(Admitted::Unproven) };
-        let cluster = claim.as_ref().map_or(cluster, |c| c.cluster);
-        if let Err(message) = self.check_cluster(call, sender, cluster) {
-            return Err(self.refuse(refusal("foreign_cluster", Some(sender)), Status::permission_denied(message)));
-        }
-        Ok(Admitted::Proven { sender, claim })
+        self.proven(call, sender, claim, || cluster, &refusal)
     }
 }
 

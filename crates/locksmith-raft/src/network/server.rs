@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Instant;
 
 use futures_util::Stream;
 
@@ -176,6 +177,21 @@ impl RaftService {
         }
         Ok(req)
     }
+
+    /// Hands `req` (its message arrived at `started`) to this node's Raft core: its encoded
+    /// reply, and whether the core has stopped.
+    async fn append(
+        &self,
+        started: Option<Instant>,
+        req: AppendEntriesRequest<TypeConfig>,
+    ) -> Result<(RaftReply, bool), Status> {
+        let entries = req.entries.len();
+        let result = self.raft.append_entries(req).await;
+        let stopped = matches!(result, Err(openraft::error::RaftError::Fatal(_)));
+        let encoded = reply(&result);
+        crate::latency::done(started, "follower_append_entries", entries);
+        Ok((encoded?, stopped))
+    }
 }
 
 /// One replication stream as the service sees it: the messages it reads, what the gate admitted
@@ -189,19 +205,21 @@ struct Incoming {
 }
 
 impl Incoming {
-    /// The reply to the next message; `None` once the sender closed the stream.
+    /// The reply to the next message; `None` once the sender closed the stream. The stream ends
+    /// after a message that failed or was refused, and after the reply of this node's stopped
+    /// Raft core (the node is shutting down: the stream must not keep its connection open).
     async fn next_reply(&mut self) -> Option<Result<RaftReply, Status>> {
-        let message = match self.messages.message().await {
-            Ok(Some(m)) => m,
+        let reply = match self.messages.message().await {
+            Ok(Some(message)) => self.answer(message).await,
             Ok(None) => return None,
-            Err(status) => return Some(Err(status)),
+            Err(status) => Err(status),
         };
-        Some(self.answer(message).await)
+        self.ended = !matches!(reply, Ok((_, false)));
+        Some(reply.map(|(reply, _)| reply))
     }
 
-    /// The reply to `message`; ends the stream after it when this node's Raft core has stopped
-    /// (the node is shutting down: the stream must not keep its connection open).
-    async fn answer(&mut self, message: RaftStreamRequest) -> Result<RaftReply, Status> {
+    /// The reply to `message`, and whether this node's Raft core has stopped.
+    async fn answer(&self, message: RaftStreamRequest) -> Result<(RaftReply, bool), Status> {
         let started = crate::latency::start();
         let gate = &self.service.gate;
         let cluster = match message.cluster.len() {
@@ -222,12 +240,7 @@ impl Incoming {
             message.target,
             &message.payload,
         )?;
-        let entries = req.entries.len();
-        let result = self.service.raft.append_entries(req).await;
-        self.ended = matches!(result, Err(openraft::error::RaftError::Fatal(_)));
-        let payload = super::encode(&result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
-        crate::latency::done(started, "follower_append_entries", entries);
-        Ok(RaftReply { payload })
+        self.service.append(started, req).await
     }
 }
 
@@ -235,9 +248,10 @@ impl Incoming {
 /// with its status.
 type Replies = Pin<Box<dyn Stream<Item = Result<RaftReply, Status>> + Send>>;
 
-fn reply<T: Serialize>(result: &T) -> Result<Response<RaftReply>, Status> {
+/// The reply carrying openraft's `result`.
+fn reply<T: Serialize>(result: &T) -> Result<RaftReply, Status> {
     let payload = super::encode(result).map_err(|e| Status::internal(format!("raft reply: {e}")))?;
-    Ok(Response::new(RaftReply { payload }))
+    Ok(RaftReply { payload })
 }
 
 #[tonic::async_trait]
@@ -245,10 +259,8 @@ impl pb::raft_server::Raft for RaftService {
     async fn append_entries(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let started = crate::latency::start();
         let req = self.decode::<AppendEntriesRequest<TypeConfig>>("append_entries", request)?;
-        let entries = req.entries.len();
-        let result = reply(&self.raft.append_entries(req).await);
-        crate::latency::done(started, "follower_append_entries", entries);
-        result
+        let (reply, _) = self.append(started, req).await?;
+        Ok(Response::new(reply))
     }
 
     type AppendEntriesStreamStream = Replies;
@@ -276,7 +288,6 @@ impl pb::raft_server::Raft for RaftService {
                 return None;
             }
             let reply = incoming.next_reply().await?;
-            incoming.ended |= reply.is_err();
             Some((reply, incoming))
         });
         Ok(Response::new(Box::pin(replies)))
@@ -284,11 +295,11 @@ impl pb::raft_server::Raft for RaftService {
 
     async fn vote(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = self.decode::<VoteRequest<NodeId>>("vote", request)?;
-        reply(&self.raft.vote(req).await)
+        reply(&self.raft.vote(req).await).map(Response::new)
     }
 
     async fn install_snapshot(&self, request: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = self.decode::<InstallSnapshotRequest<TypeConfig>>("install_snapshot", request)?;
-        reply(&self.raft.install_snapshot(req).await)
+        reply(&self.raft.install_snapshot(req).await).map(Response::new)
     }
 }
